@@ -1,0 +1,212 @@
+"""One flat config for train.py, eval.py and bench.py (nanoGPT / CleanRL spirit).
+
+Every flag is a field of `Config` with a one-line help. A preset is a small Python file of
+assignments under config/ (cpu is the default; paper = SPEC §2 Table 5; released = SPEC §2.1).
+Command-line flags override the preset:
+
+    python train.py --preset paper --scheduler linear --steps 50
+    python train.py --help                      # every flag, one line each
+
+Unknown flags, bad values and unknown presets exit with a one-line error and status 2.
+"""
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PRESET_DIR = os.path.join(HERE, "config")
+
+# Allowed values of every string flag that selects a branch. An unknown value is an error.
+CHOICES = {
+    "scheduler": ["g2", "none", "fixed", "linear", "cosine", "step", "target_acc", "binary", "enum"],
+    "sampling": ["gaussian", "uniform", "none"],
+    "sigma_mode": ["dynamic", "fixed"],
+    "mu_update": ["sign", "deadband", "proportional"],
+    "stats_level": ["task", "traj"],
+    "prefix_unit": ["action", "token"],
+    "cluster_mode": ["quantile", "balanced", "random", "online"],
+    "mode": ["grpo", "aux_only", "sft_full", "sft_prefix"],
+    "adv_level": ["traj", "step"],
+    "loss_agg": ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"],
+    "engine": ["auto", "vllm", "hf"],
+    "prompt": ["full", "compact"],
+    "games": ["builtin", "official"],
+    "device": ["auto", "cpu", "cuda"],
+    "dtype": ["auto", "float32", "bfloat16"],
+    "parallel": ["ddp", "fsdp"],
+}
+
+
+def F(default, help):  # a field with its one-line help
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class Config:
+    # ---- run ----
+    out_dir: str = F("runs/cpu", "run directory: config.json, log.jsonl, checkpoints")
+    seed: int = F(0, "global seed (rank r uses seed + r for sampling)")
+    device: str = F("auto", "auto | cpu | cuda")
+    dtype: str = F("auto", "auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16")
+    wandb: bool = F(False, "also log to wandb (optional dependency)")
+    resume: str = F("", "resume from this checkpoint directory (or 'auto': latest in out_dir)")
+    cache_dir: str = F("", "cache for the tiny model and generated games (default ~/.cache/agent_g2 or $AGENT_G2_CACHE)")
+    # ---- model / engine ----
+    model: str = F("tiny", "hub id or local HF path; 'tiny' builds the offline tiny model in cache_dir")
+    init_from: str = F("", "optional HF checkpoint to start the policy from (e.g. the committed SFT base)")
+    engine: str = F("auto", "rollout engine: vllm | hf | auto (vllm when it imports)")
+    vllm_mem: float = F(0.5, "vLLM gpu_memory_utilization (GPU only)")
+    vllm_sleep: bool = F(False, "put vLLM to sleep during the update to free GPU memory")
+    grad_ckpt: bool = F(False, "gradient checkpointing in the policy")
+    parallel: str = F("ddp", "ddp | fsdp (FSDP2 fully_shard; needed for 7B on 80 GB cards)")
+    # ---- environment / prompt ----
+    games: str = F("builtin", "builtin (generated offline, shipped) | official ($ALFWORLD_DATA/json_2.1.1)")
+    train_split: str = F("train", "split used for training tasks")
+    eval_split: str = F("valid_unseen", "split used for hint-free validation")
+    task_types: str = F("", "comma list of task types to keep (empty: all six)")
+    max_steps: int = F(50, "episode step budget; expert-prefix steps count against it")
+    history_length: int = F(2, "(observation, action) pairs shown in the prompt")
+    prompt: str = F("full", "full (<think> + <action>) | compact (action tag only, short obs, past actions)")
+    max_prompt_tokens: int = F(2048, "prompt budget; longer prompts are truncated from the left")
+    max_new_tokens: int = F(256, "reply budget per step; a reply that hits it is invalid")
+    invalid_penalty: float = F(0.0, "reward penalty per invalid step (released code: 0.1)")
+    constrained: bool = F(False, "constrain decoding to the admissible commands (CPU demo lever)")
+    num_workers: int = F(2, "environment worker processes")
+    temperature: float = F(1.0, "rollout sampling temperature")
+    # ---- scheduler (SPEC §2, §3, §4) ----
+    scheduler: str = F("g2", "g2 | none | fixed | linear | cosine | step | target_acc | binary | enum")
+    fixed_ratio: float = F(0.5, "ratio for --scheduler fixed")
+    step_every: int = F(50, "step decay: one expert action fewer every this many steps")
+    K: int = F(3, "number of task clusters")
+    cluster_mode: str = F("quantile", "quantile (paper) | balanced (released) | random | online")
+    recluster_every: int = F(20, "online clusters: re-cluster every this many steps")
+    mu0: float = F(0.8, "initial mu_global")
+    Delta: float = F(0.1, "mu_global step size")
+    alpha: float = F(0.2, "EMA rate of A_k and V_k")
+    lam: float = F(1.0, "lambda: pull of the cluster accuracy on mu_i (0 = no adaptive centre)")
+    gamma: float = F(1.0, "sigma_i = max(gamma * V_k, sigma_min)")
+    sigma_min: float = F(0.1, "floor of sigma_i")
+    sigma_mode: str = F("dynamic", "dynamic (gamma*V_k) | fixed (sigma_fixed; no adaptive spread)")
+    sigma_fixed: float = F(0.25, "sigma when --sigma_mode fixed")
+    sampling: str = F("gaussian", "gaussian | uniform (variance-matched) | none (sigma = 0, use mu_i)")
+    p_target: float = F(0.5, "target success rate")
+    mu_update: str = F("sign", "sign (paper) | deadband (released) | proportional (beyond the paper)")
+    acc_low: float = F(0.4, "deadband: mu_global moves only when acc_B < acc_low ...")
+    acc_high: float = F(0.6, "... or acc_B > acc_high")
+    kp: float = F(0.5, "proportional control gain: mu_global += kp * (p_target - acc_B)")
+    cap: float = F(1.0, "upper cap of mu_global and of the sampled ratio (released: 0.8)")
+    stats_level: str = F("task", "A_k, V_k over task means p_i (task) or 0/1 trajectory flags (traj)")
+    prefix_unit: str = F("action", "ratio applied to the action count or the rendered-prefix token length")
+    hybrid_probe: bool = F(False, "one extra probe group for tasks whose last group was all-0 or all-1")
+    max_probes: int = F(2, "binary search: at most this many probe groups per task")
+    enum_grid: float = F(0.0, "enumeration: ratio grid step (0 = every action depth)")
+    # ---- optimisation (SPEC §2, Table 5) ----
+    mode: str = F("grpo", "grpo (L_GRPO + eta L_aux) | aux_only (no L_GRPO) | sft_full | sft_prefix")
+    steps: int = F(200, "training steps T")
+    batch_tasks: int = F(16, "|B|: tasks per step (global, split across ranks)")
+    group_size: int = F(8, "R: rollouts per task")
+    lr: float = F(1e-5, "peak learning rate (cosine schedule)")
+    warmup_frac: float = F(0.1, "share of steps used for linear warm-up")
+    weight_decay: float = F(0.0, "AdamW weight decay")
+    grad_clip: float = F(1.0, "gradient-norm clip")
+    clip_eps: float = F(0.2, "PPO/GRPO ratio clip epsilon")
+    kl_coef: float = F(0.01, "beta: k3 KL to the reference model (0 skips the reference)")
+    eta: float = F(0.5, "weight of the teacher-forced aux loss on the prefix rows (0 = no L_aux)")
+    adv_level: str = F("traj", "group-normalise advantages over trajectories (paper) or step rows (released)")
+    loss_agg: str = F("token-mean", "token-mean | seq-mean-token-sum | seq-mean-token-mean")
+    micro_batch: int = F(16, "rows per forward/backward micro-batch")
+    max_bad_steps: int = F(3, "stop after this many non-finite losses in a row")
+    # ---- evaluation / logging / checkpoints ----
+    eval_every: int = F(50, "hint-free evaluation every this many steps (0: only start and end)")
+    eval_games: int = F(0, "validation games per evaluation (0 = all)")
+    train_panel: int = F(0, "also evaluate on this many fixed training games (0 = skip)")
+    ckpt_every: int = F(50, "checkpoint every this many steps (0 = only at the end)")
+    keep_ckpts: int = F(2, "keep this many newest checkpoints")
+
+
+def defaults():
+    return dataclasses.asdict(Config())
+
+
+def load_preset(name):
+    """Run config/<name>.py and return its assignments (only known keys allowed)."""
+    path = os.path.join(PRESET_DIR, name + ".py") if not name.endswith(".py") else name
+    if not os.path.exists(path):
+        names = sorted(f[:-3] for f in os.listdir(PRESET_DIR) if f.endswith(".py"))
+        raise ValueError(f"unknown preset '{name}' (have: {', '.join(names)})")
+    scope = {}
+    exec(compile(open(path).read(), path, "exec"), {}, scope)
+    vals = {k: v for k, v in scope.items() if not k.startswith("_")}
+    bad = sorted(set(vals) - set(defaults()))
+    if bad:
+        raise ValueError(f"preset {path}: unknown keys {bad}")
+    return vals
+
+
+def validate(cfg):
+    for key, allowed in CHOICES.items():
+        if getattr(cfg, key) not in allowed:
+            raise ValueError(f"--{key} {getattr(cfg, key)!r}: expected one of {allowed}")
+    if cfg.group_size < 1 or cfg.batch_tasks < 1 or cfg.steps < 1:
+        raise ValueError("--group_size, --batch_tasks and --steps must be >= 1")
+    if cfg.K < 1:
+        raise ValueError("--K must be >= 1")
+    if not 0 <= cfg.fixed_ratio <= 1 or not 0 <= cfg.mu0 <= 1 or not 0 < cfg.cap <= 1:
+        raise ValueError("--fixed_ratio, --mu0 must lie in [0, 1] and --cap in (0, 1]")
+    if cfg.max_steps < 1 or cfg.max_new_tokens < 1:
+        raise ValueError("--max_steps and --max_new_tokens must be >= 1")
+    return cfg
+
+
+def _bool(s):
+    if s.lower() in ("1", "true", "yes", "on"):
+        return True
+    if s.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean, got {s!r}")
+
+
+def parser(description=""):
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                allow_abbrev=False)
+    p.add_argument("--preset", default="cpu", help="preset file under config/ (cpu | paper | released | ...)")
+    for f in dataclasses.fields(Config):
+        kind = {bool: _bool, int: int, float: float, str: str}[type(f.default)]
+        choices = CHOICES.get(f.name)
+        p.add_argument("--" + f.name, type=kind, default=None, choices=choices,
+                       metavar=f.name.upper() if choices is None else None,
+                       help=f"{f.metadata['help']} [{f.default}]")
+    return p
+
+
+def get_config(argv=None, description=""):
+    """Parse preset + overrides into a validated Config. Errors exit(2) with one line."""
+    p = parser(description)
+    args = p.parse_args(argv)
+    try:
+        vals = defaults()
+        vals.update(load_preset(args.preset))
+        vals.update({k: v for k, v in vars(args).items() if k != "preset" and v is not None})
+        cfg = validate(Config(**vals))
+    except (ValueError, TypeError) as e:
+        p.exit(2, f"error: {e}\n")
+    cfg.preset = args.preset  # recorded in the dump, not a flag of its own
+    return cfg
+
+
+def dump(cfg, path):
+    d = dataclasses.asdict(cfg)
+    d["preset"] = getattr(cfg, "preset", "")
+    d["argv"] = sys.argv
+    with open(path, "w") as f:
+        json.dump(d, f, indent=2, sort_keys=True)
+
+
+def cache_dir(cfg=None):
+    d = (cfg.cache_dir if cfg is not None and cfg.cache_dir else "") or os.environ.get("AGENT_G2_CACHE") \
+        or os.path.join(os.path.expanduser("~"), ".cache", "agent_g2")
+    os.makedirs(d, exist_ok=True)
+    return d

@@ -1,0 +1,35 @@
+# Released-code preset: SPEC §2.1, what the authors' public (verl-agent based) code does.
+# $ torchrun --standalone --nproc_per_node=8 train.py --preset released
+out_dir = "runs/released"
+model = "Qwen/Qwen2.5-1.5B-Instruct"
+engine = "vllm"
+games = "official"
+prompt = "full"
+max_steps = 20                 # ALFWorld max 20 steps per episode
+history_length = 2
+max_prompt_tokens = 4096       # left truncation
+max_new_tokens = 512
+invalid_penalty = 0.1
+scheduler = "g2"
+K = 5
+cluster_mode = "balanced"      # balanced sizes over sorted unique expert lengths
+lam = 0.3
+cap = 0.8                      # caps mu_global and the sampled ratio
+mu_update = "deadband"         # its scripts use acc_low = acc_high = 0.5
+acc_low = 0.4
+acc_high = 0.6
+stats_level = "traj"           # A_k, V_k over 0/1 trajectory flags
+sigma_mode = "fixed"           # or "dynamic" = max(0.1, V_k)
+sigma_fixed = 0.25
+prefix_unit = "token"          # ratio of the rendered prefix's token length, rounded up to a step
+eta = 0.5
+steps = 300
+batch_tasks = 16
+group_size = 8
+lr = 1e-6
+kl_coef = 0.01
+adv_level = "step"
+micro_batch = 8
+grad_ckpt = True
+eval_every = 50
+ckpt_every = 50
