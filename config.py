@@ -56,7 +56,6 @@ class Config:
     cache_dir: str = F("", "cache for the tiny model and generated games (default ~/.cache/agent_g2 or $AGENT_G2_CACHE)")
     # ---- model / engine ----
     model: str = F("tiny", "hub id or local HF path; 'tiny' builds the offline tiny model in cache_dir")
-    init_from: str = F("", "optional HF checkpoint to start the policy from (e.g. the committed SFT base)")
     engine: str = F("auto", "rollout engine: vllm | hf | auto (vllm when it imports)")
     vllm_mem: float = F(0.5, "vLLM gpu_memory_utilization (GPU only)")
     vllm_sleep: bool = F(False, "put vLLM to sleep during the update to free GPU memory")

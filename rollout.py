@@ -1,0 +1,356 @@
+"""Batched multi-turn agent rollouts: prompts, action parsing, two engines (vLLM, HF generate) behind one
+interface, the vLLM weight sync, and the rollout loop over the env pool.
+
+    out = rollout(engine, pool, tok, groups, cfg, seed)   # groups: [{"task", "n", "R"}]
+    out["rows"]      per-step training rows (prompt ids, response ids, engine log-probs, group/episode/step, valid)
+    out["aux"]       one row per expert-prefix step: the prompt the policy would have seen + the expert reply
+    out["episodes"]  won, reward, steps, invalid, error per rollout
+    out["stats"]     rollouts, env steps, generated tokens, gen/env/overhead seconds, truncations
+
+Each turn, every live episode of the batch generates in one engine call; finished ones drop out. Expert-prefix
+steps appear in the history exactly like the agent's own and count against max_steps.
+"""
+import os
+import random
+import time
+
+import torch
+
+PROMPT_TEXT = (
+    "You are a household robot in a text world. Your task is to: "
+    "You have already taken steps. Your most recent observations and actions: Observation: Action: "
+    "Current observation: The actions you can take now: "
+    "First reason briefly inside <think> </think>, then reply with exactly one of the actions inside "
+    "<action> </action>. task: room: done: now: options:")
+
+
+# ----------------------------------------------------------------------------------------------
+# Prompt protocol (SPEC §7) and parsing
+# ----------------------------------------------------------------------------------------------
+def user_message(task, room, history, obs, admissible, step, cfg):
+    """The single-turn user message for one decision. history: [(obs, action)], prefix steps included."""
+    if cfg.prompt == "compact":  # tiny-model variant: every past action, short observation, action tag only
+        done = " | ".join(a for _, a in history) or "-"
+        return (f"task: {task}\nroom: {room}\ndone: {done}\nnow: {obs}\n"
+                f"options: {' | '.join(admissible)}\nreply: <action> one option </action>")
+    k = cfg.history_length
+    past = history[-k:] if k > 0 else []
+    lines = [f"You are a household robot in a text world. Your task is to: {task}",
+             f"You have already taken {step} step(s)."]
+    if past:
+        lines.append(f"Your most recent {len(past)} observation(s) and action(s):")
+        for i, (o, a) in enumerate(past, start=step - len(past) + 1):
+            lines += [f"[Observation {i}] {o}", f"[Action {i}] {a}"]
+    lines += [f"Current observation: {obs}", "The actions you can take now: " + ", ".join(admissible),
+              "First reason briefly inside <think> </think>, then reply with exactly one of the actions inside "
+              "<action> </action>."]
+    return "\n".join(lines)
+
+
+def expert_reply(action):
+    """How an expert action is written as a policy reply (aux loss and SFT targets)."""
+    return f"<action>{action}</action>"
+
+
+def encode_prompt(tok, message, max_tokens):
+    """Chat-template + tokenize; longer prompts keep their last max_tokens tokens. -> (ids, truncated?)"""
+    ids = tok.apply_chat_template([{"role": "user", "content": message}], add_generation_prompt=True,
+                                  tokenize=True, return_dict=False)
+    ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
+    return (ids[-max_tokens:], True) if len(ids) > max_tokens else (ids, False)
+
+
+def parse_action(text, finished=True):
+    """The text between the first <action> and the next </action>, stripped; None if missing, empty, or the
+    reply ran out of tokens (over-long)."""
+    if not finished or not isinstance(text, str):
+        return None
+    i = text.find("<action>")
+    j = text.find("</action>", i + 8) if i >= 0 else -1
+    if i < 0 or j < 0:
+        return None
+    a = " ".join(text[i + 8:j].split())
+    return a or None
+
+
+# ----------------------------------------------------------------------------------------------
+# Engines: generate(prompts, max_new_tokens, temperature, seed, allowed) -> [{"ids", "logprobs", "finished"}]
+#          load_weights(named_tensors)
+# ----------------------------------------------------------------------------------------------
+def choice_ids(tok, commands):
+    """Token sequences of every allowed reply (constrained decoding)."""
+    return [tok.encode(expert_reply(c), add_special_tokens=False) + [tok.eos_token_id] for c in commands]
+
+
+class HFEngine:
+    """transformers `generate`, for machines without vLLM. Log-probs are of the raw (temperature-1) policy."""
+
+    def __init__(self, model_path, tok, device="cpu", dtype=torch.float32):
+        from transformers import AutoModelForCausalLM
+        self.tok, self.device = tok, device
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device).eval()
+
+    def load_weights(self, named_tensors):
+        self.model.load_state_dict(dict(named_tensors), strict=True)
+
+    @torch.no_grad()
+    def generate(self, prompts, max_new_tokens, temperature=1.0, seed=0, allowed=None):
+        pad, eos, out = self.tok.pad_token_id, self.tok.eos_token_id, []
+        bs = 64
+        for b0 in range(0, len(prompts), bs):
+            chunk = prompts[b0:b0 + bs]
+            P = max(len(p) for p in chunk)
+            x = torch.tensor([[pad] * (P - len(p)) + p for p in chunk], device=self.device)
+            att = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in chunk], device=self.device)
+            kw = {}
+            if allowed is not None:
+                tries = [choice_ids(self.tok, a) for a in allowed[b0:b0 + bs]]
+
+                def prefix_fn(b, ids, tries=tries):
+                    done = ids[P:].tolist()
+                    nxt = {s[len(done)] for s in tries[b] if len(s) > len(done) and s[:len(done)] == done}
+                    return sorted(nxt) or [eos]
+                kw["prefix_allowed_tokens_fn"] = prefix_fn
+            torch.manual_seed(seed + b0)
+            g = self.model.generate(input_ids=x, attention_mask=att, do_sample=temperature > 0,
+                                    temperature=max(temperature, 1e-5), top_k=0, top_p=1.0,
+                                    max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=eos,
+                                    output_logits=True, return_dict_in_generate=True, **kw)
+            seq = g.sequences[:, P:]
+            lp = torch.log_softmax(torch.stack(g.logits, 1).float(), -1).gather(-1, seq[..., None])[..., 0]
+            for i in range(len(chunk)):
+                ids = seq[i].tolist()
+                n = ids.index(eos) + 1 if eos in ids else len(ids)
+                out.append({"ids": ids[:n], "logprobs": lp[i, :n].tolist(), "finished": eos in ids[:n]})
+        return out
+
+
+def sync_weights(llm, named_tensors):
+    """The one place that touches vLLM's weight-loading internals (vLLM 0.32). Layerwise reload through
+    collective_rpc, then drop the prefix cache (its KV came from the old weights). The older
+    model_runner.model.load_weights path corrupts the CPU backend's repacked weights."""
+    llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(named_tensors)})
+    llm.reset_prefix_cache()
+
+
+class VLLMEngine:
+    """One vllm.LLM per rank. Under torchrun it uses the external launcher (one engine per rank, in-process);
+    alone, in-process engine core (so weight tensors can be passed directly)."""
+
+    def __init__(self, model_path, tok, seed=0, dtype="auto", max_model_len=4096, gpu_mem=0.5, sleep=False):
+        import torch.distributed as dist
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        from vllm import LLM
+        kw = dict(model=model_path, dtype=dtype, seed=seed, max_model_len=max_model_len, enable_prefix_caching=True,
+                  enforce_eager=not torch.cuda.is_available(), enable_sleep_mode=sleep and torch.cuda.is_available())
+        if torch.cuda.is_available():
+            kw["gpu_memory_utilization"] = gpu_mem
+        if dist.is_available() and dist.is_initialized():
+            kw.update(distributed_executor_backend="external_launcher", tensor_parallel_size=1)
+        self.llm, self.tok, self.sleep = LLM(**kw), tok, kw["enable_sleep_mode"]
+
+    def load_weights(self, named_tensors):
+        sync_weights(self.llm, named_tensors)
+
+    def generate(self, prompts, max_new_tokens, temperature=1.0, seed=0, allowed=None):
+        from vllm import SamplingParams
+        params = []
+        for i, _ in enumerate(prompts):
+            kw = {}
+            if allowed is not None:
+                from vllm.sampling_params import StructuredOutputsParams
+                kw["structured_outputs"] = StructuredOutputsParams(choice=[expert_reply(c) for c in allowed[i]])
+            params.append(SamplingParams(n=1, temperature=temperature, top_p=1.0, top_k=0 if temperature > 0 else -1,
+                                         max_tokens=max_new_tokens, logprobs=0, seed=seed * 100003 + i, **kw))
+        res = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        out = []
+        for r in res:
+            c = r.outputs[0]
+            ids = list(c.token_ids)
+            if allowed is not None and (not ids or ids[-1] != self.tok.eos_token_id) and c.finish_reason == "stop":
+                ids.append(self.tok.eos_token_id)  # the grammar ended the reply; score its EOS like HF does
+                lps = [d[t].logprob for d, t in zip(c.logprobs, c.token_ids)] + [0.0]
+            else:
+                lps = [d[t].logprob for d, t in zip(c.logprobs, ids)]
+            out.append({"ids": ids, "logprobs": lps, "finished": c.finish_reason == "stop"})
+        return out
+
+    def sleep_mode(self, on):
+        if self.sleep:
+            self.llm.sleep(level=1) if on else self.llm.wake_up()
+
+
+def make_engine(cfg, model_path, tok, device, seed):
+    """--engine auto|vllm|hf. auto = vLLM when it imports."""
+    name = cfg.engine
+    if name == "auto":
+        try:
+            import vllm  # noqa: F401
+            name = "vllm"
+        except Exception:
+            name = "hf"
+    if name == "vllm":
+        return VLLMEngine(model_path, tok, seed, "float32" if device == "cpu" else "bfloat16",
+                          cfg.max_prompt_tokens + cfg.max_new_tokens, cfg.vllm_mem, cfg.vllm_sleep)
+    return HFEngine(model_path, tok, device, torch.float32 if device == "cpu" else torch.bfloat16)
+
+
+# ----------------------------------------------------------------------------------------------
+# The rollout loop
+# ----------------------------------------------------------------------------------------------
+_EID = [0]
+
+
+def _new_eid():
+    _EID[0] += 1
+    return _EID[0]
+
+
+def rollout(engine, pool, tok, groups, cfg, seed=0):
+    """Run every group's R episodes to the end. groups: [{"task": task dict, "n": prefix length, "R": int}]."""
+    from envs import room_text
+    st = dict(rollouts=0, env_steps=0, gen_tokens=0, t_gen=0.0, t_env=0.0, truncated=0, invalid=0, errors=0,
+              prefix_steps=0)
+    t_start = time.time()
+    eps = []
+    for gid, g in enumerate(groups):
+        for _ in range(g["R"]):
+            eps.append({"eid": _new_eid(), "gid": gid, "task": g["task"], "n": g["n"], "rows": [], "done": False,
+                        "won": False, "invalid": 0, "error": None})
+    t0 = time.time()
+    res = pool.run([("reset", e["eid"], e["task"]["gamefile"], e["task"]["walkthrough"][:e["n"]]) for e in eps])
+    st["t_env"] += time.time() - t0
+    aux, aux_done = [], set()
+    for e, r in zip(eps, res):
+        st["rollouts"] += 1
+        if not r["ok"]:
+            e.update(done=True, error=r["error"])
+            st["errors"] += 1
+            continue
+        e.update(obs=r["obs"], admissible=r["admissible"], history=list(map(tuple, r["history"])), won=r["won"],
+                 goal=r["task"], room=room_text(r["history"][0][0] if r["history"] else r["obs"]))
+        e["steps"] = len(e["history"])  # prefix steps count against max_steps
+        st["prefix_steps"] += e["steps"]
+        if e["gid"] not in aux_done:  # the prefix is shared by the group's R rollouts: one set of aux rows
+            aux_done.add(e["gid"])
+            for t, (o, adm, a) in enumerate(r["prefix_steps"]):
+                msg = user_message(e["goal"], e["room"], e["history"][:t], o, adm, t, cfg)
+                ids, tr = encode_prompt(tok, msg, cfg.max_prompt_tokens)
+                aux.append({"prompt_ids": ids, "response_ids": tok.encode(expert_reply(a), add_special_tokens=False)
+                            + [tok.eos_token_id], "gid": e["gid"], "t": t})
+        e["done"] = e["won"] or e["steps"] >= cfg.max_steps
+    turn = 0
+    while True:
+        live = [e for e in eps if not e["done"]]
+        if not live:
+            break
+        prompts = []
+        for e in live:
+            msg = user_message(e["goal"], e["room"], e["history"], e["obs"], e["admissible"], e["steps"], cfg)
+            ids, tr = encode_prompt(tok, msg, cfg.max_prompt_tokens)
+            st["truncated"] += tr
+            prompts.append(ids)
+        t0 = time.time()
+        outs = engine.generate(prompts, cfg.max_new_tokens, cfg.temperature, seed * 1000 + turn,
+                               [e["admissible"] for e in live] if cfg.constrained else None)
+        st["t_gen"] += time.time() - t0
+        reqs = []
+        for e, p, o in zip(live, prompts, outs):
+            st["gen_tokens"] += len(o["ids"])
+            text = tok.decode(o["ids"], skip_special_tokens=True)
+            action = parse_action(text, o["finished"])
+            e["rows"].append({"prompt_ids": p, "response_ids": o["ids"], "logprobs": o["logprobs"], "gid": e["gid"],
+                              "eid": e["eid"], "t": e["steps"], "valid": action is not None})
+            reqs.append(("step", e["eid"], action if action is not None else ""))
+        t0 = time.time()
+        res = pool.run(reqs)
+        st["t_env"] += time.time() - t0
+        for e, r in zip(live, res):
+            e["steps"] += 1
+            st["env_steps"] += 1
+            if not r["ok"]:
+                e.update(done=True, won=False, error=r["error"])
+                st["errors"] += 1
+                continue
+            row = e["rows"][-1]
+            row["valid"] = row["valid"] and r["valid"]
+            e["invalid"] += not row["valid"]
+            st["invalid"] += not row["valid"]
+            e["history"].append((e["obs"], reqs[live.index(e)][2]))
+            e.update(obs=r["obs"], admissible=r["admissible"], won=r["won"])
+            e["done"] = e["won"] or e["steps"] >= cfg.max_steps
+        turn += 1
+    pool.run([("close", e["eid"]) for e in eps])
+    episodes, rows = [], []
+    for e in eps:
+        reward = float(e["won"]) - cfg.invalid_penalty * e["invalid"]
+        episodes.append({"eid": e["eid"], "gid": e["gid"], "task_id": e["task"]["id"], "n": e["n"],
+                         "won": bool(e["won"]), "reward": reward, "steps": e.get("steps", 0),
+                         "invalid": e["invalid"], "error": e["error"]})
+        for r in e["rows"]:
+            r["reward"] = reward
+            rows.append(r)
+    st["t_total"] = time.time() - t_start
+    st["t_overhead"] = st["t_total"] - st["t_gen"] - st["t_env"]
+    return {"rows": rows, "aux": aux, "episodes": episodes, "stats": st}
+
+
+def group_successes(out, n_groups):
+    """Per group: list of 0/1 won flags, in episode order."""
+    flags = [[] for _ in range(n_groups)]
+    for e in out["episodes"]:
+        flags[e["gid"]].append(int(e["won"]))
+    return flags
+
+
+def split_groups(out, n_groups):
+    """One rollout output per group (each with gid 0), in group order."""
+    return [{k: [{**x, "gid": 0} for x in out[k] if x["gid"] == g] for k in ("rows", "aux", "episodes")}
+            for g in range(n_groups)]
+
+
+def merge(outs):
+    """Concatenate rollout outputs, renumbering groups so they stay distinct; stats are summed."""
+    m = {"rows": [], "aux": [], "episodes": [], "stats": {}}
+    off = 0
+    for o in outs:
+        for k in ("rows", "aux", "episodes"):
+            m[k] += [{**x, "gid": x["gid"] + off} for x in o[k]]
+        for k, v in o.get("stats", {}).items():
+            m["stats"][k] = m["stats"].get(k, 0) + v
+        off += 1 + max([x["gid"] for k in ("rows", "aux", "episodes") for x in o[k]], default=0)
+    return m
+
+
+class Prober:
+    """The probe callback of the probe schedulers: probe([(i, n)]) runs R rollouts of batch task i from an
+    n-step prefix through this same loop, returns successes, and keeps the rollouts so the chosen probe's
+    group is the one trained on. Its cost is reported separately."""
+
+    def __init__(self, engine, pool, tok, tasks, cfg, seed):
+        self.args, self.tasks, self.cfg, self.seed = (engine, pool, tok), tasks, cfg, seed
+        self.groups, self.stats, self.calls = {}, {}, 0
+
+    def __call__(self, pairs):
+        todo = [(i, n) for i, n in pairs if (i, n) not in self.groups]
+        if todo:
+            self.calls += 1
+            out = rollout(*self.args, [{"task": self.tasks[i], "n": n, "R": self.cfg.group_size} for i, n in todo],
+                          self.cfg, self.seed * 7919 + self.calls)
+            for k, v in out["stats"].items():
+                self.stats[k] = self.stats.get(k, 0) + v
+            for (i, n), g in zip(todo, split_groups(out, len(todo))):
+                self.groups[(i, n)] = g
+        return [sum(e["won"] for e in self.groups[(i, n)]["episodes"]) for i, n in pairs]
+
+    def take(self, i, n):
+        """The probed group of task i at depth n, or None when it was never probed."""
+        return self.groups.get((i, n))
+
+
+def seed_all(seed):
+    random.seed(seed)
+    torch.manual_seed(seed)
+    import numpy as np
+    np.random.seed(seed % 2**32)

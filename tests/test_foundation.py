@@ -1,0 +1,82 @@
+"""Foundation: the flat config CLI, and the offline tiny model through transformers."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(*args):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_help_lists_every_flag():
+    from config import Config
+    import dataclasses
+    r = run("train.py", "--help")
+    assert r.returncode == 0
+    for f in dataclasses.fields(Config):
+        assert f"--{f.name}" in r.stdout
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--preset", "nonsense"], "unknown preset 'nonsense'"),
+    (["--scheduler", "oracle"], "invalid choice: 'oracle'"),
+    (["--no_such_flag", "1"], "unrecognized arguments: --no_such_flag"),
+    (["--group_size", "x"], "invalid int value"),
+    (["--fixed_ratio", "1.5"], "--fixed_ratio"),
+])
+def test_bad_config_fails_clearly(args, msg):
+    r = run("train.py", *args)
+    assert r.returncode == 2
+    assert msg in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_presets_load_and_override():
+    from config import get_config
+    c = get_config(["--preset", "paper"])
+    assert (c.model, c.lr, c.steps, c.lam, c.cap, c.K) == ("Qwen/Qwen2.5-1.5B-Instruct", 1e-5, 200, 1.0, 1.0, 3)
+    r = get_config(["--preset", "released", "--steps", "7"])
+    assert (r.lam, r.cap, r.K, r.cluster_mode, r.mu_update, r.stats_level, r.prefix_unit, r.steps) == \
+        (0.3, 0.8, 5, "balanced", "deadband", "traj", "token", 7)
+    assert get_config([]).preset == "cpu"
+
+
+def test_unbuilt_modules_say_so_and_fail():
+    for script in (["eval.py", "--diagnostic"], ["bench.py", "nonsense"]):
+        r = run(*script)
+        assert r.returncode != 0
+    r = subprocess.run(["bash", "run_all.sh"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode != 0 and "not built yet" in (r.stdout + r.stderr)
+
+
+def test_tiny_model_loads_and_chat_template_roundtrips(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from rollout import parse_action
+    from tiny import build, tiny_path
+    path = tiny_path(str(tmp_path))
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    assert model.config.hidden_size // model.config.num_attention_heads >= 32  # vLLM CPU needs head_dim >= 32
+    assert model.config.vocab_size == len(tok)
+    msgs = [{"role": "user", "content": "task: put a mug in the coffeemachine."},
+            {"role": "assistant", "content": "<action>take mug 1 from countertop 2</action>"}]
+    text = tok.apply_chat_template(msgs, tokenize=False)
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    back = tok.decode(ids)
+    assert back == text
+    reply = back.split("<|im_start|>assistant\n")[1]
+    assert parse_action(reply) == "take mug 1 from countertop 2"
+    for t in ("<action>", "</action>", "<think>", "</think>"):
+        assert len(tok.encode(t, add_special_tokens=False)) == 1
+    with torch.no_grad():
+        out = model(torch.tensor([ids])).logits
+    assert out.shape == (1, len(ids), len(tok)) and torch.isfinite(out).all()
+    # deterministic: the same seed gives the same files
+    other = build(str(tmp_path / "again"), seed=0)
+    for f in ("model.safetensors", "tokenizer.json", "config.json"):
+        assert open(os.path.join(path, f), "rb").read() == open(os.path.join(other, f), "rb").read(), f

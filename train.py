@@ -1,0 +1,467 @@
+"""Agent-G² training: hint-guided GRPO (+ teacher-forced aux loss on the expert prefix) for ALFWorld agents.
+One file, top to bottom: config, distributed setup, env pool, models + rollout engine, the loop, cleanup.
+
+    python train.py                                        # CPU demo (preset cpu): tiny model, built-in games
+    python train.py --scheduler none                       # plain GRPO on the same budget
+    torchrun --standalone --nproc_per_node=8 train.py --preset paper          # Qwen2.5-1.5B, 8 GPUs
+    torchrun --standalone --nproc_per_node=8 train.py --preset paper --model Qwen/Qwen2.5-7B-Instruct --parallel fsdp
+    python train.py --resume auto                          # continue the latest checkpoint in out_dir
+    python train.py --help                                 # every flag
+
+One step: the scheduler picks a depth n_i for each of |B| tasks -> each rank plays R rollouts per task of its
+shard, starting after n_i expert actions -> group-normalised advantages -> L = L_GRPO + eta * L_aux -> AdamW
+step -> weights synced into the engine -> the scheduler is updated from the batch's success rates, gathered from
+all ranks so every rank holds the same scheduler state.
+"""
+import dataclasses
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import sys
+import time
+
+import numpy as np
+
+from config import dump, get_config
+
+# ------------------------------------------------------------------ config
+cfg = get_config(description=__doc__)  # parse before envs: the PDDL engine overwrites sys.argv
+
+# ------------------------------------------------------------------ distributed setup
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+ddp = int(os.environ.get("RANK", -1)) != -1
+use_cuda = torch.cuda.is_available() and cfg.device != "cpu"
+if ddp:
+    dist.init_process_group("nccl" if use_cuda else "gloo")
+    rank, world, local_rank = dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0))
+else:
+    rank, world, local_rank = 0, 1, 0
+master = rank == 0
+device = f"cuda:{local_rank}" if use_cuda else "cpu"
+dtype = {"auto": torch.bfloat16 if use_cuda else torch.float32, "float32": torch.float32,
+         "bfloat16": torch.bfloat16}[cfg.dtype]
+from rollout import Prober, group_successes, make_engine, merge, rollout, seed_all, split_groups  # noqa: E402
+
+seed_all(cfg.seed + rank)  # sampling differs per rank; data order and scheduler use cfg.seed on every rank
+
+
+def gather(obj):
+    """all_gather_object over ranks (identity without DDP) -> list with one entry per rank."""
+    if not ddp:
+        return [obj]
+    out = [None] * world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+# ------------------------------------------------------------------ tasks + env pool (before any CUDA work)
+from envs import EnvPool, length_table, load_tasks  # noqa: E402
+
+types = cfg.task_types.split(",") if cfg.task_types else None
+train_tasks = load_tasks(cfg.train_split, cfg.games, cfg.cache_dir or None, types, verbose=master)
+eval_tasks = load_tasks(cfg.eval_split, cfg.games, cfg.cache_dir or None, types, verbose=master)
+eval_tasks = eval_tasks[:cfg.eval_games] if cfg.eval_games else eval_tasks
+panel = [train_tasks[i] for i in np.random.default_rng(1234).permutation(len(train_tasks))[:cfg.train_panel]]
+if master:
+    print(length_table(train_tasks))
+pool = EnvPool(cfg.num_workers)
+
+# ------------------------------------------------------------------ models, reference, rollout engine, optimizer
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+from scheduler import Scheduler  # noqa: E402
+from tiny import resolve_model  # noqa: E402
+
+model_path = resolve_model(cfg) if master else None
+model_path = gather(model_path)[0]  # rank 0 builds the tiny model once
+tok = AutoTokenizer.from_pretrained(model_path)
+policy = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device)
+if cfg.grad_ckpt:
+    policy.gradient_checkpointing_enable()
+ref = None
+if cfg.kl_coef > 0 and cfg.mode in ("grpo", "aux_only"):
+    ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device).eval().requires_grad_(False)
+model = policy
+if ddp and cfg.parallel == "ddp":
+    model = torch.nn.parallel.DistributedDataParallel(policy, device_ids=[local_rank] if use_cuda else None)
+elif ddp:  # FSDP2: shard every decoder layer, then the root; full weights are gathered for the engine sync
+    from torch.distributed.fsdp import fully_shard
+    for layer in policy.model.layers:
+        fully_shard(layer)
+    model = fully_shard(policy)
+engine = make_engine(cfg, model_path, tok, device, cfg.seed + rank)
+opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99))
+sched = Scheduler(cfg, [t["id"] for t in train_tasks], [t["L"] for t in train_tasks], seed=cfg.seed)
+
+
+def full_state():
+    """Full (unsharded) weights for the engine sync and checkpoints."""
+    if ddp and cfg.parallel == "fsdp":
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        return get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return policy.state_dict()
+
+
+def get_lr(step):  # linear warm-up, then cosine to 0
+    warm = max(1, int(cfg.warmup_frac * cfg.steps))
+    if step < warm:
+        return cfg.lr * (step + 1) / warm
+    return cfg.lr * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, cfg.steps - warm)))
+
+
+def batch_at(step):
+    """|B| task indices of a step: epoch-wise permutations seeded by (seed, epoch), so resume sees the same order."""
+    B, N = cfg.batch_tasks, len(train_tasks)
+    idx, epoch = [], (step * B) // N
+    while len(idx) < B:
+        perm = np.random.default_rng([cfg.seed, epoch]).permutation(N)
+        start = (step * B + len(idx)) - epoch * N
+        idx += perm[start:start + B - len(idx)].tolist()
+        epoch += 1
+    return idx
+
+
+def token_logprobs(m, rows, key="response_ids"):
+    """Per-token log-probs of each row's response under model m. Returns (lp [b, T], mask [b, T])."""
+    seqs = [r["prompt_ids"] + r[key] for r in rows]
+    T = max(len(s) for s in seqs)
+    x = torch.full((len(rows), T), tok.pad_token_id, dtype=torch.long)
+    att = torch.zeros((len(rows), T), dtype=torch.long)
+    tgt_mask = torch.zeros((len(rows), T), dtype=torch.bool)
+    for b, (r, s) in enumerate(zip(rows, seqs)):  # right padding; response tokens are the targets
+        x[b, :len(s)], att[b, :len(s)] = torch.tensor(s), 1
+        tgt_mask[b, len(r["prompt_ids"]):len(s)] = True
+    x, att, tgt_mask = x.to(device), att.to(device), tgt_mask.to(device)
+    logits = m(input_ids=x, attention_mask=att).logits[:, :-1].float()  # [b, T-1, V]
+    lp = torch.log_softmax(logits, -1).gather(-1, x[:, 1:, None])[..., 0]  # [b, T-1]: log p(x_t | x_<t)
+    mask = tgt_mask[:, 1:]
+    # keep only response positions, left-aligned: [b, max response length]
+    n = max(len(r[key]) for r in rows)
+    out_lp = torch.zeros((len(rows), n), device=device)
+    out_m = torch.zeros((len(rows), n), device=device)
+    for b, r in enumerate(rows):
+        k = len(r[key])
+        out_lp[b, :k], out_m[b, :k] = lp[b][mask[b]], 1.0
+    return out_lp, out_m
+
+
+def advantages(rows, episodes):
+    """GRPO: normalise rewards within each task's group (over trajectories, or over step rows). Zero-variance
+    groups give zero advantage."""
+    by_g = {}
+    for e in episodes:
+        by_g.setdefault(e["gid"], []).append(e["reward"])
+    if cfg.adv_level == "step":
+        by_g = {}
+        for r in rows:
+            by_g.setdefault(r["gid"], []).append(r["reward"])
+    stat = {g: (np.mean(v), np.std(v)) for g, v in by_g.items()}
+    for r in rows:
+        mu, sd = stat[r["gid"]]
+        r["adv"] = 0.0 if sd < 1e-8 else (r["reward"] - mu) / (sd + 1e-6)
+    return sum(sd < 1e-8 for _, sd in stat.values()), len(stat)
+
+
+def loss_terms(rows, aux, n_tok_global, n_aux_global, n_rows_global):
+    """Sum of this rank's loss contributions; each part is normalised by global counts so DDP's gradient
+    average equals the single-process loss on the global batch. Runs backward per micro-batch."""
+    parts = {"pg": 0.0, "kl": 0.0, "aux": 0.0, "clipfrac": 0.0}
+    use_pg = cfg.mode == "grpo" and rows
+    use_aux = cfg.mode != "grpo" or cfg.eta > 0
+    work = ([("pg", rows[i:i + cfg.micro_batch]) for i in range(0, len(rows), cfg.micro_batch)] if use_pg else []) + \
+        ([("aux", aux[i:i + cfg.micro_batch]) for i in range(0, len(aux), cfg.micro_batch)] if use_aux else [])
+    if not work:  # this rank has nothing: still join the gradient all-reduce with a zero loss
+        work = [("none", None)]
+    for j, (kind, mb) in enumerate(work):
+        ctx = model.no_sync() if (ddp and cfg.parallel == "ddp" and j < len(work) - 1) else _null()
+        with ctx:
+            if kind == "none":
+                loss = sum(p.sum() for p in policy.parameters()) * 0.0
+            elif kind == "aux":  # teacher forcing on the expert prefix: -sum log pi(a*_t | s_t)
+                lp, m = token_logprobs(model, mb)
+                w = cfg.eta if cfg.mode == "grpo" else 1.0  # aux_only / SFT: the NLL alone
+                loss = -(lp * m).sum() / max(n_aux_global, 1) * w * world
+                parts["aux"] += loss.item() / w / world
+            else:
+                lp, m = token_logprobs(model, mb)
+                old = torch.zeros_like(lp)
+                adv = torch.tensor([r["adv"] for r in mb], device=device)[:, None]  # [b, 1]
+                for b, r in enumerate(mb):
+                    old[b, :len(r["logprobs"])] = torch.tensor(r["logprobs"], device=device)
+                ratio = torch.exp(lp - old)
+                pg = -torch.min(ratio * adv, torch.clamp(ratio, 1 - cfg.clip_eps, 1 + cfg.clip_eps) * adv)
+                tok_loss = pg
+                if ref is not None:
+                    with torch.no_grad():
+                        rlp, _ = token_logprobs(ref, mb)
+                    kl = torch.exp(rlp - lp) - (rlp - lp) - 1  # k3, low-variance, >= 0
+                    tok_loss = pg + cfg.kl_coef * kl
+                    parts["kl"] += ((kl * m).sum() / max(n_tok_global, 1)).item() * world
+                if cfg.loss_agg == "token-mean":
+                    loss = (tok_loss * m).sum() / max(n_tok_global, 1) * world
+                else:
+                    per_seq = (tok_loss * m).sum(1) / (m.sum(1).clamp(min=1) if cfg.loss_agg == "seq-mean-token-mean"
+                                                        else 1.0)
+                    loss = per_seq.sum() / max(n_rows_global, 1) * world
+                parts["pg"] += ((pg * m).sum() / max(n_tok_global, 1)).item() * world
+                parts["clipfrac"] += ((((ratio - 1).abs() > cfg.clip_eps) * m).sum() / max(n_tok_global, 1)).item() * world
+            if not torch.isfinite(loss):
+                return None
+            loss.backward()
+    return parts
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def save_checkpoint(step, reason):
+    """Atomic: write into a temporary directory, mark COMPLETE, rename. Keeps the newest keep_ckpts."""
+    state = full_state()
+    rng = gather({"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()})
+    if not master:
+        return
+    final = os.path.join(cfg.out_dir, f"ckpt_{step:06d}")
+    tmp = final + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    policy.save_pretrained(tmp, state_dict=state, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    torch.save({"opt": opt.state_dict(), "rng": rng}, os.path.join(tmp, "trainer.pt"))
+    json.dump({"step": step, "reason": reason, "sched": sched.state_dict(), "redraws": redraws},
+              open(os.path.join(tmp, "state.json"), "w"))
+    dump(cfg, os.path.join(tmp, "config.json.run"))
+    open(os.path.join(tmp, "COMPLETE"), "w").write(reason)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    ckpts = sorted(d for d in os.listdir(cfg.out_dir) if d.startswith("ckpt_") and not d.endswith(".tmp"))
+    for d in ckpts[:-cfg.keep_ckpts]:
+        shutil.rmtree(os.path.join(cfg.out_dir, d), ignore_errors=True)
+    print(f"[ckpt] step {step} -> {final} ({reason})")
+
+
+def latest_checkpoint(d):
+    c = sorted(x for x in os.listdir(d) if x.startswith("ckpt_") and os.path.exists(os.path.join(d, x, "COMPLETE"))) \
+        if os.path.isdir(d) else []
+    return os.path.join(d, c[-1]) if c else None
+
+
+# ------------------------------------------------------------------ resume
+start_step, redraws, log_mode = 0, 0, "w"
+if cfg.resume:
+    path = latest_checkpoint(cfg.out_dir) if cfg.resume == "auto" else cfg.resume
+    if path is None or not os.path.exists(os.path.join(path, "COMPLETE")):
+        sys.exit(f"error: --resume {cfg.resume}: no complete checkpoint found")
+    from safetensors.torch import load_file
+    sd = load_file(os.path.join(path, "model.safetensors"))
+    if "lm_head.weight" not in sd and policy.config.tie_word_embeddings:
+        sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
+    policy.load_state_dict(sd)
+    tr = torch.load(os.path.join(path, "trainer.pt"), weights_only=False)
+    opt.load_state_dict(tr["opt"])
+    r = tr["rng"][rank] if rank < len(tr["rng"]) else tr["rng"][0]
+    random.setstate(r["python"])
+    np.random.set_state(r["numpy"])
+    torch.set_rng_state(r["torch"])
+    st = json.load(open(os.path.join(path, "state.json")))
+    sched.load_state_dict(st["sched"])
+    start_step, redraws, log_mode = st["step"], st["redraws"], "a"
+    engine.load_weights(full_state().items())
+    if master:
+        print(f"[resume] {path}: continuing at step {start_step}")
+
+if master:
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    dump(cfg, os.path.join(cfg.out_dir, "config.json"))
+    log = open(os.path.join(cfg.out_dir, "log.jsonl"), log_mode)
+    wb = None
+    if cfg.wandb:
+        import wandb
+        wb = wandb.init(project="agent-g2", config=json.load(open(os.path.join(cfg.out_dir, "config.json"))))
+
+stop = {"flag": False}
+
+
+def _on_signal(signum, frame):  # finish the current step, checkpoint, exit; a second signal aborts
+    if stop["flag"]:
+        raise KeyboardInterrupt
+    stop["flag"] = True
+    if master:
+        print(f"\n[signal {signum}] stopping after this step; a checkpoint will be written")
+
+
+signal.signal(signal.SIGTERM, _on_signal)
+signal.signal(signal.SIGINT, _on_signal)
+
+
+def run_eval(step):
+    """Hint-free evaluation on the validation split (and the fixed training panel), sharded over ranks."""
+    from eval import evaluate
+    res = {}
+    for name, tasks in (("val", eval_tasks), ("train_panel", panel)):
+        if tasks:
+            mine = tasks[rank::world]
+            r = gather(evaluate(engine, pool, tok, mine, cfg, seed=10**6 + step) if mine else {"won": 0, "n": 0})
+            res[name] = sum(x["won"] for x in r) / max(sum(x["n"] for x in r), 1)
+    if master:
+        print(f"[eval] step {step}: " + "  ".join(f"{k} {100 * v:.1f}%" for k, v in res.items()))
+        log.write(json.dumps({"step": step, "eval": res}) + "\n")
+        log.flush()
+    return res
+
+
+# ------------------------------------------------------------------ the loop
+from tqdm import tqdm  # noqa: E402
+
+if start_step == 0:
+    run_eval(0)
+bad = 0
+bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, disable=not master, desc="train",
+           dynamic_ncols=True)
+for step in bar:
+    t0 = time.time()
+    lr = get_lr(step)
+    for g in opt.param_groups:
+        g["lr"] = lr
+    # 1. depths for the global batch (identical on every rank), then this rank's shard
+    idx = batch_at(step)
+    tasks = [train_tasks[i] for i in idx]
+    mine = list(range(rank, len(tasks), world))
+    prober = Prober(engine, pool, tok, [tasks[i] for i in mine], cfg, cfg.seed + 97 * step + rank)
+
+    def probe(pairs):  # each rank runs the probes of its own tasks; counts are shared so every rank agrees
+        local = [(mine.index(i), n) for i, n in pairs if i in mine]
+        got = dict(zip([(mine[j], n) for j, n in local], prober(local)))
+        for part in gather(got):
+            got.update(part)
+        return [got[p] for p in pairs]
+    t_sched = time.time()
+    sched_tasks = [{"id": t["id"], "L": t["L"]} for t in tasks]
+    plan = sched.depths(sched_tasks, step, probe)
+    while cfg.mode == "grpo" and all(n >= cfg.max_steps for n in plan["n"]):  # no task leaves the policy a step
+        redraws += 1
+        plan = sched.depths(sched_tasks, step, probe)
+    t_sched = time.time() - t_sched - prober.stats.get("t_total", 0.0)
+    # 2. rollouts of this rank's shard (probe groups already played are reused, not replayed)
+    t1 = time.time()
+    if cfg.mode in ("sft_full", "sft_prefix"):  # SFT baselines: expert rows only, no policy play
+        ns = [tasks[i]["L"] if cfg.mode == "sft_full" else plan["n"][i] for i in mine]
+        out = rollout(engine, pool, tok, [{"task": tasks[i], "n": n, "R": 1} for i, n in zip(mine, ns)],
+                      dataclasses.replace(cfg, max_steps=0), cfg.seed + step)
+        out["episodes"] = []
+    else:  # groups already played as the chosen probe are reused; the rest are played now, in one batch
+        groups = [prober.take(j, plan["n"][i]) for j, i in enumerate(mine)]
+        todo = [j for j, g in enumerate(groups) if g is None]
+        fresh = rollout(engine, pool, tok, [{"task": tasks[mine[j]], "n": plan["n"][mine[j]], "R": cfg.group_size}
+                                            for j in todo], cfg, cfg.seed * 1_000_003 + step * 1009 + rank)
+        for j, g in zip(todo, split_groups(fresh, len(todo))):
+            groups[j] = g
+        out = merge(groups)
+        out["stats"] = fresh["stats"]
+    t_roll = time.time() - t1
+    # 3. success rates of the whole batch, from every rank -> identical scheduler update everywhere
+    flags_local = group_successes(out, len(mine)) if out["episodes"] else [[] for _ in mine]
+    flags = [None] * len(tasks)
+    for r_mine, r_flags in gather((mine, flags_local)):
+        for i, f in zip(r_mine, r_flags):
+            flags[i] = f
+    if cfg.mode not in ("sft_full", "sft_prefix"):
+        p_hat = [sum(f) / len(f) if f else 0.0 for f in flags]
+        sched.update([t["id"] for t in tasks], p_hat, flags)
+    else:
+        p_hat = [float("nan")] * len(tasks)
+    # 4. GRPO advantages within each group, then the loss and the update
+    t2 = time.time()
+    n_zero, n_groups = advantages(out["rows"], out["episodes"]) if out["episodes"] else (0, 0)
+    n_tok = sum(len(r["response_ids"]) for r in out["rows"])
+    n_aux = sum(len(r["response_ids"]) for r in out["aux"])
+    counts = torch.tensor([n_tok, n_aux, len(out["rows"])], dtype=torch.float64)
+    if ddp:
+        dist.all_reduce(counts)
+    model.train()
+    opt.zero_grad(set_to_none=True)
+    parts = loss_terms(out["rows"], out["aux"], counts[0].item(), counts[1].item(), counts[2].item())
+    finite = torch.tensor([parts is not None], dtype=torch.float64)
+    if ddp:
+        dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+    if finite.item() < 1:
+        bad += 1
+        opt.zero_grad(set_to_none=True)
+        if master:
+            print(f"[warn] step {step}: non-finite loss, update skipped ({bad} in a row)")
+        if bad >= cfg.max_bad_steps:
+            save_checkpoint(step, "non-finite loss")
+            sys.exit(f"error: {bad} non-finite losses in a row at step {step}; stopped (checkpoint written)")
+        gnorm = float("nan")
+    else:
+        bad = 0
+        gnorm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip).item()
+        opt.step()
+    model.eval()
+    t_train = time.time() - t2
+    # 5. weight sync into the rollout engine
+    t3 = time.time()
+    engine.load_weights(full_state().items())
+    t_sync = time.time() - t3
+    # 6. log (rank 0): one dense line + JSONL
+    st = gather(out["stats"])
+    pst = gather(prober.stats)
+    zero = gather((n_zero, n_groups))
+    if master:
+        ph = [p for p in p_hat if p == p]
+        s = sched.stats()
+        rec = {"step": step, "lr": lr, "success": float(np.mean(ph)) if ph else None,
+               "in_band": float(np.mean([0.4 <= p <= 0.6 for p in ph])) if ph else None,
+               "all0": float(np.mean([p == 0 for p in ph])) if ph else None,
+               "all1": float(np.mean([p == 1 for p in ph])) if ph else None,
+               "zero_adv_groups": sum(z for z, _ in zero), "groups": sum(g for _, g in zero),
+               **({k: v for k, v in parts.items()} if parts else {}), "grad_norm": gnorm,
+               "mean_n": float(np.mean(plan["n"])), "mean_r": float(np.mean(plan["r"])),
+               "mu_global": s["mu_global"], "A": s["A"], "V": s["V"], "mu_k": s["mu_k"], "sigma_k": s["sigma_k"],
+               "rollouts": sum(x.get("rollouts", 0) for x in st), "probe_rollouts": plan["probe_rollouts"],
+               "probe_rollouts_played": sum(x.get("rollouts", 0) for x in pst),
+               "tokens": sum(x.get("gen_tokens", 0) for x in st) + sum(x.get("gen_tokens", 0) for x in pst),
+               "invalid": sum(x.get("invalid", 0) for x in st), "truncated": sum(x.get("truncated", 0) for x in st),
+               "env_errors": sum(x.get("errors", 0) for x in st), "redraws": redraws,
+               "t_rollout": t_roll, "t_gen": st[0].get("t_gen", 0.0), "t_env": st[0].get("t_env", 0.0),
+               "t_train": t_train, "t_sync": t_sync, "t_sched": t_sched, "t_step": time.time() - t0}
+        log.write(json.dumps(rec) + "\n")
+        log.flush()
+        if wb:
+            wb.log(rec, step=step)
+        cl = " ".join(f"k{k}:{m:.2f}/{sg:.2f}/{a:.2f}/{v:.3f}" for k, (m, sg, a, v)
+                      in enumerate(zip(s["mu_k"], s["sigma_k"], s["A"], s["V"])))
+        fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+        bar.write(f"step {step:4d} | succ {fmt(rec['success'])} band {fmt(rec['in_band'])} 0s {fmt(rec['all0'])} "
+                  f"1s {fmt(rec['all1'])} | pg {rec.get('pg', 0):+.4f} aux {rec.get('aux', 0):.3f} "
+                  f"kl {rec.get('kl', 0):.4f} | mu_g {s['mu_global']:.2f} {cl} | n {rec['mean_n']:.1f} | "
+                  f"roll {rec['rollouts']}+{rec['probe_rollouts']} tok {rec['tokens']} | "
+                  f"t roll {t_roll:.1f} train {t_train:.1f} sync {t_sync:.2f}s")
+    # 7. evaluation and checkpoints
+    if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
+        run_eval(step + 1)
+    if stop["flag"] or (cfg.ckpt_every and (step + 1) % cfg.ckpt_every == 0) or step + 1 == cfg.steps:
+        save_checkpoint(step + 1, "signal" if stop["flag"] else "periodic")
+    if stop["flag"]:
+        break
+
+# ------------------------------------------------------------------ cleanup
+if not stop["flag"]:
+    final = run_eval(cfg.steps)
+    if master:
+        json.dump(final, open(os.path.join(cfg.out_dir, "final_eval.json"), "w"))
+pool.close()
+if master:
+    log.close()
+# vLLM's own atexit shutdown tears down the process group; destroying it here first would make that fail.
+if ddp and not hasattr(engine, "llm"):
+    dist.destroy_process_group()
+sys.exit(0 if not stop["flag"] else 130)
