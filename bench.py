@@ -6,7 +6,144 @@
     python bench.py step                       # one training step's time breakdown for the cpu preset
 """
 import argparse
+import dataclasses
+import json
+import os
 import sys
+import time
+
+import numpy as np
+
+# ============================================================================================
+# sched: a simulated task population (no model, no environment)
+# ============================================================================================
+# The model, fixed before any scheduler was run through it and not tuned toward any method:
+# - N = 64 tasks in three length groups like ALFWorld's (L in 3-6, 6-10, 10-15 expert actions).
+# - Task i succeeds from depth ratio r with p_i(r) = sigmoid((r - d*_i) / s), s = 0.13, so its information
+#   p(1-p) over r - d*_i is the band the paper measured (a Gaussian fit gives sigma ~ 0.22).
+# - d*_i starts at 0.35 / 0.55 / 0.75 by length group (+ N(0, 0.08)): longer tasks need deeper hints.
+# - Learning is GRPO's: a group of R draws teaches only when it is mixed. After training on task i,
+#   d*_i -= ETA_SELF * 4 p̂(1-p̂) (empirical group variance), and every task gets
+#   d*_j -= ETA_SHARED * mean of that signal over the batch (one shared policy). So a task learns faster when
+#   it is trained in band, and the policy drifts toward hint-free success.
+# - Hint-free success = mean_i p_i(0). "steps to 90%" is the first step where it reaches 0.9 (T+ if never).
+# - Probe methods draw their probe groups from the same curves; only the chosen group is trained on.
+# Limits: no aux loss, no forgetting, no per-step credit, a fixed curve shape. It measures how each rule places
+# groups relative to each task's band, and what that does under this simple learning rule; nothing more.
+S_CURVE, ETA_SELF, ETA_SHARED, N_TASKS, T_SIM = 0.13, 0.04, 0.004, 64, 200
+
+SCHEDULERS = [  # (label, overrides of the paper config)
+    ("none (GRPO)", dict(scheduler="none")),
+    ("fixed 0.5", dict(scheduler="fixed", fixed_ratio=0.5)),
+    ("linear decay", dict(scheduler="linear")),
+    ("cosine decay", dict(scheduler="cosine")),
+    ("step decay", dict(scheduler="step")),
+    ("target-acc", dict(scheduler="target_acc")),
+    ("binary search M=2", dict(scheduler="binary", max_probes=2)),
+    ("enumeration", dict(scheduler="enum")),
+    ("Agent-G2 (paper)", dict()),
+    ("Agent-G2 (released)", dict(lam=0.3, cap=0.8, mu_update="deadband", stats_level="traj", sigma_mode="fixed",
+                                 sigma_fixed=0.25, K=5, cluster_mode="balanced")),
+    ("abl: no sampling", dict(sampling="none")),
+    ("abl: uniform", dict(sampling="uniform")),
+    ("abl: no adaptive centre", dict(lam=0.0)),
+    ("abl: no adaptive spread", dict(sigma_mode="fixed", sigma_fixed=0.22)),
+    ("abl: K=1", dict(K=1)),
+    ("abl: K=5", dict(K=5)),
+    ("abl: K=10", dict(K=10)),
+    ("abl: random clusters", dict(cluster_mode="random")),
+    ("new: online clusters", dict(cluster_mode="online")),
+    ("new: proportional mu", dict(mu_update="proportional")),
+    ("new: hybrid probe", dict(hybrid_probe=True)),
+]
+BUDGET = [("binary M=1", dict(scheduler="binary", max_probes=1)), ("binary M=2", dict(scheduler="binary", max_probes=2)),
+          ("binary M=3", dict(scheduler="binary", max_probes=3)), ("binary M=4", dict(scheduler="binary", max_probes=4)),
+          ("enum grid 0.5", dict(scheduler="enum", enum_grid=0.5)), ("enum grid 0.25", dict(scheduler="enum", enum_grid=0.25)),
+          ("enum every depth", dict(scheduler="enum")), ("Agent-G2", dict()), ("Agent-G2 + hybrid", dict(hybrid_probe=True))]
+
+
+def simulate(overrides, seed, B=16, R=8):
+    from config import load_preset, Config
+    from scheduler import Scheduler
+    cfg = dataclasses.replace(Config(**{**dataclasses.asdict(Config()), **load_preset("paper")}),
+                              steps=T_SIM, batch_tasks=B, group_size=R, max_steps=50, **overrides)
+    rng = np.random.default_rng(seed)
+    grp = rng.integers(0, 3, N_TASKS)
+    L = np.array([rng.integers(*[(3, 7), (6, 11), (10, 16)][g]) for g in grp])
+    dstar = np.array([0.35, 0.55, 0.75])[grp] + rng.normal(0, 0.08, N_TASKS)
+    ids = [f"t{i}" for i in range(N_TASKS)]
+    sched = Scheduler(cfg, ids, L.tolist(), seed=seed)
+    p_of = lambda i, n: 1 / (1 + np.exp(-(n / L[i] - dstar[i]) / S_CURVE))  # noqa: E731
+    band = under = over = groups = rollouts = 0
+    early = np.zeros(3)  # in band / under / over over the first 50 steps (the paper reports step 50)
+    hit = None
+    for step in range(T_SIM):
+        batch = rng.choice(N_TASKS, B, replace=False)
+        probe = lambda pairs: [int(rng.binomial(R, p_of(batch[i], n))) for i, n in pairs]  # noqa: E731
+        memo = {}
+
+        def probe_memo(pairs):  # the chosen probe's draw is the group that is trained on
+            out = probe(pairs)
+            memo.update({(i, n): s for (i, n), s in zip(pairs, out)})
+            return out
+        plan = sched.depths([{"id": ids[i], "L": int(L[i])} for i in batch], step, probe_memo)
+        p_true = np.array([p_of(i, n) for i, n in zip(batch, plan["n"])])
+        succ = np.array([memo[(j, n)] if (j, n) in memo else rng.binomial(R, p)
+                         for j, (n, p) in enumerate(zip(plan["n"], p_true))])
+        band += np.sum((p_true >= 0.4) & (p_true <= 0.6))
+        under += np.sum(p_true < 0.4)
+        over += np.sum(p_true > 0.6)
+        groups += B
+        if step < 50:
+            early += [np.sum((p_true >= 0.4) & (p_true <= 0.6)), np.sum(p_true < 0.4), np.sum(p_true > 0.6)]
+        rollouts += B * R + plan["probe_rollouts"]
+        p_hat = succ / R
+        info = 4 * p_hat * (1 - p_hat)
+        dstar[batch] -= ETA_SELF * info
+        dstar -= ETA_SHARED * info.mean()
+        sched.update([ids[i] for i in batch], p_hat.tolist(),
+                     [[1] * int(s) + [0] * (R - int(s)) for s in succ])
+        if hit is None and np.mean(1 / (1 + np.exp(dstar / S_CURVE))) >= 0.9:
+            hit = step + 1
+    e = early / (min(T_SIM, 50) * B)
+    return {"band50": e[0], "under50": e[1], "over50": e[2], "in_band": band / groups, "under": under / groups, "over": over / groups,
+            "rollouts_per_task": rollouts / groups / R, "steps_to_90": hit,
+            "final_hint_free": float(np.mean(1 / (1 + np.exp(dstar / S_CURVE))))}
+
+
+def bench_sched(args):
+    t0 = time.time()
+    seeds = list(range(args.seeds))
+    rows, budget = {}, {}
+    for label, ov in SCHEDULERS:
+        rows[label] = [simulate(ov, s) for s in seeds]
+    for label, ov in BUDGET:
+        budget[label] = [simulate(ov, s) for s in seeds]
+
+    def ms(runs, k, scale=1.0, fmt="{:5.1f}"):
+        x = np.array([np.nan if r[k] is None else r[k] * scale for r in runs], dtype=float)
+        miss = np.isnan(x).sum()
+        if miss == len(x):
+            return f">{T_SIM}".rjust(13)
+        s = (fmt + " ± " + fmt).format(np.nanmean(x), np.nanstd(x))
+        return s + (f" ({miss}>{T_SIM})" if miss else "")
+    print(f"bench.py sched: {N_TASKS} simulated tasks, |B|=16, R=8, T={T_SIM}, {len(seeds)} seeds (mean ± std)")
+    print(f"{'scheduler':26s} {'band@<50 %':>14s} {'under@<50 %':>14s} {'over@<50 %':>14s} {'in band % (all)':>16s} {'rollouts/R':>14s} "
+          f"{'steps to 90%':>16s} {'final hint-free %':>18s}")
+    for label, runs in rows.items():
+        print(f"{label:26s} {ms(runs, 'band50', 100):>14s} {ms(runs, 'under50', 100):>14s} {ms(runs, 'over50', 100):>14s} "
+              f"{ms(runs, 'in_band', 100):>16s} "
+              f"{ms(runs, 'rollouts_per_task', 1, '{:5.2f}'):>14s} {ms(runs, 'steps_to_90', 1, '{:5.0f}'):>16s} "
+              f"{ms(runs, 'final_hint_free', 100):>18s}")
+    print("\nmismatch (share of groups outside [0.4, 0.6], first 50 steps) against rollout budget (Figure 2b):")
+    print(f"{'method':22s} {'rollouts/R':>14s} {'mismatch %':>14s}")
+    for label, runs in budget.items():
+        mm = [{"m": 1 - r["band50"]} for r in runs]
+        print(f"{label:22s} {ms(runs, 'rollouts_per_task', 1, '{:5.2f}'):>14s} {ms(mm, 'm', 100):>14s}")
+    print(f"({time.time() - t0:.0f} s)")
+    if args.json:
+        json.dump({"model": {"s": S_CURVE, "eta_self": ETA_SELF, "eta_shared": ETA_SHARED, "N": N_TASKS, "T": T_SIM},
+                   "schedulers": rows, "budget": budget}, open(args.json, "w"), indent=1)
 
 
 def main():
@@ -14,7 +151,9 @@ def main():
     ap.add_argument("what", choices=["sched", "env", "rollout", "step"])
     ap.add_argument("--json", default="", help="also write the numbers here")
     ap.add_argument("--seeds", type=int, default=5)
-    a, rest = ap.parse_known_args()
+    a = ap.parse_args()
+    if a.what == "sched":
+        return bench_sched(a)
     sys.exit(f"bench.py {a.what}: not built yet")
 
 
