@@ -29,12 +29,15 @@ import multiprocessing as mp
 import os
 import random
 import shutil
+import socket
+import subprocess
 import sys
 import sysconfig
 import tarfile
 import tempfile
 import time
 import traceback
+from multiprocessing.connection import Connection
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILTIN_TAR = os.path.join(HERE, "data", "alfworld_builtin.tar.gz")
@@ -504,6 +507,11 @@ def room_text(intro):
 # ---------------------------------------------------------------------------------------------
 # Env pool: episodes live in worker processes; requests for one turn go out together.
 # ---------------------------------------------------------------------------------------------
+def _worker_main(fd, cache_translation):
+    from multiprocessing.connection import Connection
+    _worker(Connection(fd), cache_translation)
+
+
 def _worker(conn, cache_translation):
     """Holds engine objects (one per concurrent episode, reused) and the episodes' Python state."""
     envs, free, eps = [], [], {}  # eps: episode id -> (env index, episode dict)
@@ -558,7 +566,6 @@ class EnvPool:
     is unaffected. Create the pool before any CUDA initialisation."""
 
     def __init__(self, num_workers=2, cache_translation=True):
-        self.ctx = mp.get_context("spawn")
         self.n, self.cache_translation = max(1, num_workers), cache_translation
         self.procs, self.conns = [None] * self.n, [None] * self.n
         self.restarts = 0
@@ -566,11 +573,14 @@ class EnvPool:
             self._start(w)
 
     def _start(self, w):
-        parent, child = self.ctx.Pipe()
-        p = self.ctx.Process(target=_worker, args=(child, self.cache_translation), daemon=True)
-        p.start()
-        child.close()
-        self.procs[w], self.conns[w] = p, parent
+        """A fresh interpreter per worker (not fork: safe after CUDA/vLLM init; not multiprocessing's spawn:
+        that would re-run a top-level script such as train.py), talking over a socketpair Connection."""
+        a, b = socket.socketpair()
+        code = (f"import sys; sys.path.insert(0, {HERE!r}); import envs; "
+                f"envs._worker_main({b.fileno()}, {self.cache_translation})")
+        self.procs[w] = subprocess.Popen([sys.executable, "-c", code], pass_fds=[b.fileno()])
+        b.close()
+        self.conns[w] = Connection(a.detach())
 
     def run(self, requests):
         by_w = collections.defaultdict(list)
@@ -586,7 +596,11 @@ class EnvPool:
             try:
                 got = self.conns[w].recv()
             except (EOFError, OSError, ConnectionResetError):
-                code = self.procs[w].exitcode if self.procs[w].join(5) is None else None
+                try:
+                    code = self.procs[w].wait(5)
+                except subprocess.TimeoutExpired:
+                    self.procs[w].kill()
+                    code = "killed"
                 got = [{"ok": False, "error": f"worker crashed (exit code {code}); episode lost"}] * len(js)
                 self.restarts += 1
                 self._start(w)
@@ -596,7 +610,7 @@ class EnvPool:
 
     def kill_worker(self, w):  # test hook
         self.procs[w].kill()
-        self.procs[w].join()
+        self.procs[w].wait()
 
     def close(self):
         for w in range(self.n):
@@ -604,8 +618,9 @@ class EnvPool:
                 self.conns[w].send(None)
             except Exception:
                 pass
-            self.procs[w].join(2)
-            if self.procs[w].is_alive():
+            try:
+                self.procs[w].wait(2)
+            except subprocess.TimeoutExpired:
                 self.procs[w].kill()
 
 

@@ -141,6 +141,7 @@ class VLLMEngine:
         import torch.distributed as dist
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         from vllm import LLM
         kw = dict(model=model_path, dtype=dtype, seed=seed, max_model_len=max_model_len, enable_prefix_caching=True,
                   enforce_eager=not torch.cuda.is_available(), enable_sleep_mode=sleep and torch.cuda.is_available())

@@ -23,7 +23,7 @@ CHAT_TEMPLATE = (
 ARCH = dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=384, max_position_embeddings=2048, rope_theta=10000.0, tie_word_embeddings=True)
 VOCAB = 1024
-VERSION = 1  # bump when the recipe changes, so caches rebuild
+VERSION = 2  # bump when the recipe changes, so caches rebuild
 
 
 def env_corpus():
@@ -48,15 +48,17 @@ def env_corpus():
 def build(out, seed=0):
     """Write tokenizer + random-init model into `out` (atomically). Returns out."""
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=SPECIAL + TAGS, show_progress=False,
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB - len(TAGS), special_tokens=SPECIAL, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(env_corpus(), trainer=trainer)
+    # the tags are ordinary text (they must survive decode(skip_special_tokens=True)), but one token each
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAGS])
     hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=None, eos_token="<|im_end|>",
                                      pad_token="<|endoftext|>", additional_special_tokens=SPECIAL[1:])
     hf_tok.chat_template = CHAT_TEMPLATE

@@ -50,6 +50,10 @@ from rollout import Prober, group_successes, make_engine, merge, rollout, seed_a
 seed_all(cfg.seed + rank)  # sampling differs per rank; data order and scheduler use cfg.seed on every rank
 
 
+def _jsonable(o):  # numpy scalars in the log records
+    return o.item() if hasattr(o, "item") else str(o)
+
+
 def gather(obj):
     """all_gather_object over ranks (identity without DDP) -> list with one entry per rank."""
     if not ddp:
@@ -433,7 +437,7 @@ for step in bar:
                "env_errors": sum(x.get("errors", 0) for x in st), "redraws": redraws,
                "t_rollout": t_roll, "t_gen": st[0].get("t_gen", 0.0), "t_env": st[0].get("t_env", 0.0),
                "t_train": t_train, "t_sync": t_sync, "t_sched": t_sched, "t_step": time.time() - t0}
-        log.write(json.dumps(rec) + "\n")
+        log.write(json.dumps(rec, default=_jsonable) + "\n")
         log.flush()
         if wb:
             wb.log(rec, step=step)

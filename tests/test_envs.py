@@ -1,0 +1,112 @@
+"""ALFWorld on the real engine: built-in games replay and win, prefix replay, generator determinism, the pool's
+failure handling, and the official-data loader."""
+import filecmp
+import json
+import os
+import shutil
+
+import pytest
+
+from envs import AlfEnv, EnvPool, load_tasks, make_games, official_root, room_text, task_text
+
+
+@pytest.fixture(scope="module")
+def pool():
+    p = EnvPool(2)
+    yield p
+    p.close()
+
+
+@pytest.mark.slow
+def test_every_builtin_walkthrough_wins_with_admissible_commands(pool):
+    """Replays each built-in game's full walkthrough as a prefix: AlfEnv.reset raises if any command is not
+    admissible, and the episode must end won."""
+    tasks = [t for split in ("train", "valid_seen", "valid_unseen") for t in load_tasks(split)]
+    assert len(tasks) == 336
+    assert {t["task_type"] for t in tasks} == {
+        "pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
+        "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place"}
+    bad = []
+    for i in range(0, len(tasks), 24):
+        chunk = tasks[i:i + 24]
+        res = pool.run([("reset", 10_000 + i + j, t["gamefile"], t["walkthrough"]) for j, t in enumerate(chunk)])
+        bad += [(t["id"], r.get("error")) for t, r in zip(chunk, res) if not (r["ok"] and r["won"])]
+        pool.run([("close", 10_000 + i + j) for j in range(len(chunk))])
+    assert bad == []
+
+
+def test_prefix_reset_equals_manual_steps():
+    env = AlfEnv()
+    for t in load_tasks("train")[:3]:
+        n = t["L"] // 2
+        a = env.reset(t["gamefile"], t["walkthrough"][:n])
+        a = {k: (list(v) if isinstance(v, list) else v) for k, v in a.items()}
+        b = env.reset(t["gamefile"])
+        for act in t["walkthrough"][:n]:
+            assert env.step(b, act)
+        assert (a["obs"], a["admissible"], a["history"], a["won"]) == (b["obs"], b["admissible"], b["history"], b["won"])
+        assert [s[2] for s in a["prefix_steps"]] == t["walkthrough"][:n]
+        assert task_text(b["history"][0][0]) and "Your task" not in room_text(b["history"][0][0])
+
+
+def test_invalid_actions_do_not_crash():
+    env = AlfEnv()
+    t = load_tasks("train")[0]
+    ep = env.reset(t["gamefile"])
+    for junk in ["", "dance", "go to moon 99", "ü🙂" * 300, "x" * 10_000, None]:
+        assert env.step(ep, junk) is False
+        assert ep["obs"] == "Nothing happens."
+    assert env.step(ep, t["walkthrough"][0])  # still playable
+
+
+def test_generator_is_deterministic(tmp_path):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    ra = make_games(a, "valid_unseen", 3, seed=5, workers=1, progress=False)
+    rb = make_games(b, "valid_unseen", 3, seed=5, workers=1, progress=False)
+    assert [r[1:] for r in ra] == [r[1:] for r in rb]
+    files = sorted(os.path.relpath(os.path.join(d, f), a) for d, _, fs in os.walk(a) for f in fs)
+    assert len(files) == 9
+    for f in files:
+        assert filecmp.cmp(os.path.join(a, f), os.path.join(b, f), shallow=False), f
+    g = json.load(open(os.path.join(ra[0][0], "game.tw-pddl")))
+    assert g["solvable"] and g["walkthrough"] and len(g["walkthrough"]) <= 15
+
+
+def test_pool_survives_bad_input_and_replaces_killed_worker(pool):
+    t = load_tasks("train")[0]
+    res = pool.run([("reset", 1, t["gamefile"], []), ("reset", 2, t["gamefile"], ["not an expert action"]),
+                    ("step", 999, "look"), ("bogus", 4)])
+    assert res[0]["ok"] and not res[1]["ok"] and "not admissible" in res[1]["error"]
+    assert not res[2]["ok"] and not res[3]["ok"]
+    assert pool.run([("step", 1, "dance")])[0] == {**pool.run([("step", 1, "dance")])[0], "ok": True, "valid": False}
+    # worker 1 dies mid-batch: its episode is reported failed, worker 0's episode is unaffected
+    res = pool.run([("reset", 10, t["gamefile"], []), ("crash", 11)])
+    assert res[0]["ok"] and not res[1]["ok"] and "worker crashed" in res[1]["error"]
+    assert pool.restarts == 1
+    pool.kill_worker(0)
+    res = pool.run([("step", 10, "look"), ("reset", 13, t["gamefile"], [])])
+    assert not res[0]["ok"] and res[1]["ok"]  # the replacement worker serves new episodes
+    assert pool.run([("reset", 20, t["gamefile"], [])])[0]["ok"]
+
+
+def test_official_loader(tmp_path, monkeypatch):
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    with pytest.raises(FileNotFoundError, match="alfworld-download.*built-in"):
+        official_root()
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))
+    src = load_tasks("train")[:4]
+    for i, t in enumerate(src):  # official layout: json_2.1.1/train/<task folder>/<trial>
+        name = os.path.basename(os.path.dirname(os.path.dirname(t["gamefile"])))
+        if i == 1:
+            name = name.replace("-None-", "-Sliced-")  # skipped, as alfworld does
+        dst = tmp_path / "json_2.1.1" / "train" / name / f"trial_{i}"
+        shutil.copytree(os.path.dirname(t["gamefile"]), dst)
+        if i == 2:  # unsolvable: skipped
+            g = json.load(open(dst / "game.tw-pddl"))
+            g["solvable"] = False
+            json.dump(g, open(dst / "game.tw-pddl", "w"))
+    got = load_tasks("train", games="official")
+    assert [t["gamefile"] for t in got] == sorted(t["gamefile"] for t in got)
+    assert len(got) == 2
+    with pytest.raises(FileNotFoundError, match="no split 'valid_seen'"):
+        load_tasks("valid_seen", games="official")
