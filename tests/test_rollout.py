@@ -1,0 +1,165 @@
+"""Rollout loop, action parsing, and the engines (vLLM log-prob parity + weight sync on the tiny model)."""
+import dataclasses
+import os
+
+import pytest
+import torch
+
+from config import Config
+from envs import EnvPool, load_tasks
+from rollout import HFEngine, encode_prompt, expert_reply, parse_action, rollout, user_message
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from transformers import AutoTokenizer
+    from tiny import tiny_path
+    path = tiny_path(str(tmp_path_factory.mktemp("tiny")))
+    return path, AutoTokenizer.from_pretrained(path)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    p = EnvPool(2)
+    yield p
+    p.close()
+
+
+def cfg(**kw):
+    return dataclasses.replace(Config(), prompt="compact", max_prompt_tokens=768, max_new_tokens=32, **kw)
+
+
+@pytest.mark.parametrize("text,want", [
+    ("<think>hmm</think>\n<action>go to desk 1</action>", "go to desk 1"),
+    ("<action>  take   apple 1 from countertop 2 </action> trailing", "take apple 1 from countertop 2"),
+    ("<action>look</action><action>inventory</action>", "look"),
+    ("go to desk 1", None), ("<action>go to desk 1", None), ("go </action> <action>", None),
+    ("<action></action>", None), ("<action>   </action>", None), ("</action>look<action>", None),
+    ("<action>ü🙂 ☃</action>", "ü🙂 ☃"), ("\x00\xff garbage <<<>>>", None),
+    ("<action>" + "x" * 10_000 + "</action>", "x" * 10_000), ("y" * 10_000, None), (None, None),
+])
+def test_parse_action(text, want):
+    assert parse_action(text) == want
+
+
+def test_over_long_reply_is_invalid():
+    assert parse_action("<action>look</action>", finished=False) is None
+
+
+class ScriptedEngine:
+    """Test double for the engine only: replies with the expert's next action (read from the compact prompt's
+    'done:' list), or with garbage."""
+
+    def __init__(self, tok, walkthrough, garbage=False):
+        self.tok, self.walk, self.garbage = tok, walkthrough, garbage
+
+    def generate(self, prompts, max_new_tokens, temperature=1.0, seed=0, allowed=None):
+        out = []
+        for p in prompts:
+            text = self.tok.decode(p)
+            done = text.split("done: ")[1].split("\n")[0]
+            k = 0 if done == "-" else len(done.split(" | "))
+            reply = "\x00 <action> ü🙂 unbalanced </act" * 50 if self.garbage else expert_reply(self.walk[k])
+            ids = self.tok.encode(reply, add_special_tokens=False) + [self.tok.eos_token_id]
+            out.append({"ids": ids, "logprobs": [0.0] * len(ids), "finished": True})
+        return out
+
+
+def test_scripted_expert_wins_and_garbage_fails(tiny, pool):
+    _, tok = tiny
+    for t in load_tasks("train")[:6:2]:
+        out = rollout(ScriptedEngine(tok, t["walkthrough"]), pool, tok, [{"task": t, "n": 0, "R": 3}], cfg())
+        assert [e["won"] for e in out["episodes"]] == [True] * 3
+        assert all(r["valid"] for r in out["rows"]) and len(out["rows"]) == 3 * t["L"]
+        bad = rollout(ScriptedEngine(tok, t["walkthrough"], garbage=True), pool, tok,
+                      [{"task": t, "n": 0, "R": 2}], cfg(max_steps=6, invalid_penalty=0.1))
+        assert [e["won"] for e in bad["episodes"]] == [False] * 2
+        assert bad["stats"]["invalid"] == 12 and all(not r["valid"] for r in bad["rows"])
+        assert [e["reward"] for e in bad["episodes"]] == pytest.approx([-0.6, -0.6])
+
+
+def test_prefix_in_history_counts_against_max_steps_and_aux_rows(tiny, pool):
+    _, tok = tiny
+    t = load_tasks("train")[1]
+    n = t["L"] - 2
+    out = rollout(ScriptedEngine(tok, t["walkthrough"], garbage=True), pool, tok,
+                  [{"task": t, "n": n, "R": 2}], cfg(max_steps=n + 3))
+    for e in out["episodes"]:
+        assert e["steps"] == n + 3
+    rows = [r for r in out["rows"] if r["eid"] == out["episodes"][0]["eid"]]
+    assert [r["t"] for r in rows] == [n, n + 1, n + 2]  # the policy only had the 3 steps left
+    first = tok.decode(rows[0]["prompt_ids"])
+    assert "done: " + " | ".join(t["walkthrough"][:n]) in first  # prefix shown as the agent's own past
+    assert len(out["aux"]) == n  # one aux row per prefix step, shared by the group's R rollouts
+    for k, a in enumerate(out["aux"]):
+        assert tok.decode(a["response_ids"], skip_special_tokens=True) == expert_reply(t["walkthrough"][k])
+        assert parse_action(tok.decode(a["response_ids"], skip_special_tokens=True)) == t["walkthrough"][k]
+    # n = L - 1 with a scripted expert: the one remaining step wins
+    win = rollout(ScriptedEngine(tok, t["walkthrough"]), pool, tok, [{"task": t, "n": t["L"] - 1, "R": 1}], cfg())
+    assert win["episodes"][0]["won"] and len(win["rows"]) == 1
+
+
+def test_prompt_truncated_from_left_and_counted(tiny):
+    _, tok = tiny
+    msg = user_message("put a mug in the sink.", "room", [("obs", "look")] * 200, "now", ["look"], 200, cfg())
+    ids, tr = encode_prompt(tok, msg, 64)
+    assert tr and len(ids) == 64
+    full, _ = encode_prompt(tok, msg, 10**6)
+    assert ids == full[-64:]
+
+
+def test_full_prompt_has_history_window_and_tags(tiny):
+    c = dataclasses.replace(Config(), history_length=2)
+    msg = user_message("heat an egg.", "room", [("o1", "a1"), ("o2", "a2"), ("o3", "a3")], "o4", ["look", "go to x 1"],
+                       3, c)
+    assert "o1" not in msg and "[Observation 2] o2" in msg and "[Action 3] a3" in msg
+    assert "<think>" in msg and "<action>" in msg and "look, go to x 1" in msg and "3 step(s)" in msg
+
+
+def test_hf_rollouts_same_seed_same_result(tiny, pool):
+    path, tok = tiny
+    eng = HFEngine(path, tok)
+    t = load_tasks("train")[0]
+    c = cfg(max_steps=4, constrained=True)
+    a = rollout(eng, pool, tok, [{"task": t, "n": 1, "R": 3}], c, seed=7)
+    b = rollout(eng, pool, tok, [{"task": t, "n": 1, "R": 3}], c, seed=7)
+    assert [r["response_ids"] for r in a["rows"]] == [r["response_ids"] for r in b["rows"]]
+    assert all(r["valid"] for r in a["rows"])  # constrained decoding: only admissible commands
+    other = rollout(eng, pool, tok, [{"task": t, "n": 1, "R": 3}], c, seed=8)
+    assert [r["response_ids"] for r in a["rows"]] != [r["response_ids"] for r in other["rows"]]
+
+
+def teacher_forced(model, prompt, resp):
+    x = torch.tensor([prompt + resp])
+    with torch.no_grad():
+        lp = torch.log_softmax(model(x).logits[0, :-1].float(), -1)
+    return lp[len(prompt) - 1:].gather(-1, torch.tensor(resp)[:, None])[:, 0]
+
+
+def test_vllm_logprobs_match_transformers_and_follow_weight_sync(tiny):
+    try:
+        import vllm  # noqa: F401
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"vLLM cannot import here: {e}")
+    from transformers import AutoModelForCausalLM
+    from rollout import VLLMEngine
+    path, tok = tiny
+    eng = VLLMEngine(path, tok, seed=0, dtype="float32", max_model_len=1024)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    prompts = [encode_prompt(tok, f"task: put a mug {i} in the sink.\noptions: look", 512)[0] for i in range(4)]
+
+    def max_err():
+        outs = eng.generate(prompts, 12, 1.0, seed=3)
+        return max((teacher_forced(model, p, o["ids"]) - torch.tensor(o["logprobs"])).abs().max().item()
+                   for p, o in zip(prompts, outs))
+    assert max_err() < 1e-4
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    loss = -model(torch.tensor([prompts[0]])).logits.log_softmax(-1)[0, :, 5].mean()
+    loss.backward()
+    opt.step()
+    outs = eng.generate(prompts, 12, 1.0, seed=3)
+    stale = max((teacher_forced(model, p, o["ids"]) - torch.tensor(o["logprobs"])).abs().max().item()
+                for p, o in zip(prompts, outs))
+    assert stale > 1e-3  # the engine still has the old weights: the check can fail
+    eng.load_weights(model.state_dict().items())
+    assert max_err() < 1e-4
