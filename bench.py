@@ -146,6 +146,70 @@ def bench_sched(args):
                    "schedulers": rows, "budget": budget}, open(args.json, "w"), indent=1)
 
 
+# ============================================================================================
+# env: the real engine on the built-in games
+# ============================================================================================
+def _stats(x):
+    x = np.asarray(x) * 1000
+    return f"{x.mean():7.1f} {np.percentile(x, 90):7.1f}"
+
+
+def bench_env(args):
+    from envs import AlfEnv, EnvPool, load_tasks
+    tasks = load_tasks("train")
+    res = {}
+    print("bench.py env: real ALFWorld engine (alfworld + TextWorld PDDL) on the built-in games, ms (mean / p90)")
+    print(f"{'':34s} {'load':>15s} {'reset':>15s} {'step':>15s}")
+    for cache in (False, True):
+        env = AlfEnv(cache_translation=cache)
+        load, reset, step = [], [], []
+        for t in tasks[:16]:
+            t0 = time.time()
+            env.reset(t["gamefile"])  # a new game: load + reset
+            load.append(time.time() - t0)
+            t0 = time.time()
+            ep = env.reset(t["gamefile"])
+            reset.append(time.time() - t0)
+            for a in t["walkthrough"]:
+                t0 = time.time()
+                env.step(ep, a)
+                step.append(time.time() - t0)
+        name = "with parse/translation caches" if cache else "engine as shipped"
+        res[name] = {"load_ms": np.mean(load) * 1e3, "reset_ms": np.mean(reset) * 1e3, "step_ms": np.mean(step) * 1e3}
+        print(f"{name:34s} {_stats(load)} {_stats(reset)} {_stats(step)}")
+    print("\nexpert-prefix replay (reset + n expert steps, same game, caches on), ms:")
+    env, t = AlfEnv(), max(tasks, key=lambda t: t["L"])
+    env.reset(t["gamefile"])
+    for n in (0, 2, 4, 8, 12, t["L"] - 1):
+        ts = []
+        for _ in range(3):
+            t0 = time.time()
+            env.reset(t["gamefile"], t["walkthrough"][:n])
+            ts.append(time.time() - t0)
+        res[f"prefix_{n}_ms"] = np.mean(ts) * 1e3
+        print(f"  n = {n:2d}: {np.mean(ts) * 1e3:7.1f}")
+    print("\npool throughput: 32 episodes (4 tasks x 8), random admissible actions, 8 turns:")
+    rng = np.random.default_rng(0)
+    for w in (1, 2):
+        pool = EnvPool(w)
+        eids = list(range(32))
+        pool.run([("reset", e, tasks[e // 8]["gamefile"], []) for e in eids])  # warm: engines created, games loaded
+        state = pool.run([("reset", e, tasks[e // 8]["gamefile"], []) for e in eids])
+        t0, n = time.time(), 0
+        for _ in range(8):
+            state = pool.run([("step", e, s["admissible"][rng.integers(len(s["admissible"]))]) for e, s in zip(eids, state)])
+            n += len(eids)
+        dt = time.time() - t0
+        rss = [int(next(l.split()[1] for l in open(f"/proc/{p.pid}/status") if l.startswith("VmRSS"))) / 1024
+               for p in pool.procs]
+        pool.close()
+        res[f"pool_{w}"] = {"steps_per_s": n / dt, "rss_mb_per_worker": float(np.mean(rss))}
+        print(f"  {w} worker(s): {n / dt:6.1f} env-steps/s, RSS {np.mean(rss):.0f} MB per worker "
+              f"({32 // w} engine objects per worker, each with its own 34 MB libdownward copy in $TMPDIR)")
+    if args.json:
+        json.dump(res, open(args.json, "w"), indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["sched", "env", "rollout", "step"])
@@ -154,6 +218,8 @@ def main():
     a = ap.parse_args()
     if a.what == "sched":
         return bench_sched(a)
+    if a.what == "env":
+        return bench_env(a)
     sys.exit(f"bench.py {a.what}: not built yet")
 
 

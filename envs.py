@@ -445,6 +445,26 @@ def _cache_pddl2sas():
     tw_logic.fast_downward.pddl2sas = pddl2sas
 
 
+def _cache_textgen_parse():
+    """TextWorld's grammar re-parses the same template strings with tatsu on every step (most of a step's cost).
+    The parse is a pure function of the text; derive() mutates the symbols' context, so each use gets a copy."""
+    import copy
+    import textworld.envs.pddl.textgen as tg
+    from textworld.logic import Rule
+    if getattr(tg._parse_and_convert, "_g2_cache", False):
+        return
+    parse = functools.lru_cache(8192)(lambda text, rule_name, trace: tg.__dict__["_g2_orig"](
+        text, rule_name=rule_name, trace=trace))
+    tg._g2_orig = tg._parse_and_convert
+
+    def cached(text, rule_name="symbols", trace=False):
+        return copy.deepcopy(parse(text, rule_name, bool(trace)))
+    cached._g2_cache = True
+    tg._parse_and_convert = cached
+    orig_q = Rule.parse_conjunctive_query.__func__
+    Rule.parse_conjunctive_query = classmethod(functools.lru_cache(4096)(orig_q))  # returns an immutable Rule
+
+
 class AlfEnv:
     """PddlEnv + AlfredDemangler + AlfredInfos, as alfworld's AlfredTWEnv builds it, without the gym layer."""
 
@@ -455,6 +475,7 @@ class AlfEnv:
         from textworld.envs import PddlEnv
         if cache_translation:
             _cache_pddl2sas()
+            _cache_textgen_parse()
         infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
         self.env = AlfredInfos(AlfredDemangler(PddlEnv(infos), shuffle=False))
         self.gamefile = None
@@ -497,11 +518,14 @@ def task_text(intro):
     return intro[i + len("Your task is to:"):].strip() if i >= 0 else ""
 
 
-def room_text(intro):
-    """The intro without the banner and the task sentence."""
+def room_text(intro, short=False):
+    """The intro without the banner and the task sentence (short: just the receptacle list)."""
     body = intro.split("=-", 2)[-1] if "-= Welcome" in intro else intro
     i = body.find("Your task is to:")
-    return (body[:i] if i >= 0 else body).strip()
+    body = (body[:i] if i >= 0 else body).strip()
+    if short and "you see" in body:
+        body = body.split("you see", 1)[1].strip().rstrip(".").replace(", and ", ", ").replace("a ", "")
+    return body
 
 
 # ---------------------------------------------------------------------------------------------
@@ -532,7 +556,9 @@ def _worker(conn, cache_translation):
                     if not free:
                         envs.append(AlfEnv(cache_translation))
                         free.append(len(envs) - 1)
-                    i = free.pop()
+                    same = [j for j in free if envs[j].gamefile == gamefile]  # skip the load when possible
+                    i = same[-1] if same else free[-1]
+                    free.remove(i)
                     try:
                         ep = envs[i].reset(gamefile, prefix)
                     except Exception:
@@ -547,7 +573,7 @@ def _worker(conn, cache_translation):
                     out.append({"ok": True, "valid": valid, "obs": ep["obs"], "admissible": ep["admissible"],
                                 "won": ep["won"]})
                 elif req[0] == "close":
-                    if req[1] in eps:
+                    if req[1] in eps:  # the engine keeps its game loaded for the next episode of it
                         free.append(eps.pop(req[1])[0])
                     out.append({"ok": True})
                 elif req[0] == "crash":  # test hook: die like a segfaulting engine would
@@ -561,14 +587,14 @@ def _worker(conn, cache_translation):
 
 class EnvPool:
     """`run(requests)` -> one result per request, in order. Requests: ("reset", eid, gamefile, prefix),
-    ("step", eid, action), ("close", eid). An episode lives on worker eid % num_workers. A worker that dies is
+    ("step", eid, action), ("close", eid). An episode lives on the worker its reset went to. A worker that dies is
     restarted; its requests come back as {"ok": False, "error": "worker crashed ..."} and the rest of the batch
     is unaffected. Create the pool before any CUDA initialisation."""
 
     def __init__(self, num_workers=2, cache_translation=True):
         self.n, self.cache_translation = max(1, num_workers), cache_translation
         self.procs, self.conns = [None] * self.n, [None] * self.n
-        self.restarts = 0
+        self.restarts, self.home = 0, {}  # home: episode id -> worker
         for w in range(self.n):
             self._start(w)
 
@@ -583,9 +609,15 @@ class EnvPool:
         self.conns[w] = Connection(a.detach())
 
     def run(self, requests):
+        # resets of one game go to one worker (its translation cache and loaded engines serve the whole group);
+        # distinct games of the call are spread round-robin; later requests follow their episode
+        games = sorted({r[2] for r in requests if r[0] == "reset"})
+        for r in requests:
+            if r[0] == "reset":
+                self.home[r[1]] = games.index(r[2]) % self.n
         by_w = collections.defaultdict(list)
         for j, req in enumerate(requests):
-            by_w[req[1] % self.n].append(j)
+            by_w[self.home.get(req[1], req[1] % self.n)].append(j)
         for w, js in by_w.items():
             try:
                 self.conns[w].send([requests[j] for j in js])
@@ -606,6 +638,9 @@ class EnvPool:
                 self._start(w)
             for j, r in zip(js, got):
                 results[j] = r
+        for r in requests:
+            if r[0] == "close":
+                self.home.pop(r[1], None)
         return results
 
     def kill_worker(self, w):  # test hook

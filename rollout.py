@@ -31,8 +31,10 @@ def user_message(task, room, history, obs, admissible, step, cfg):
     """The single-turn user message for one decision. history: [(obs, action)], prefix steps included."""
     if cfg.prompt == "compact":  # tiny-model variant: every past action, short observation, action tag only
         done = " | ".join(a for _, a in history) or "-"
-        return (f"task: {task}\nroom: {room}\ndone: {done}\nnow: {obs}\n"
-                f"options: {' | '.join(admissible)}\nreply: <action> one option </action>")
+        msg = f"task: {task}\nroom: {room}\ndone: {done}\nnow: {obs}"
+        if not cfg.constrained:  # under constrained decoding the decoder already knows the options
+            msg += f"\noptions: {' | '.join(admissible)}\nreply: <action> one option </action>"
+        return msg
     k = cfg.history_length
     past = history[-k:] if k > 0 else []
     lines = [f"You are a household robot in a text world. Your task is to: {task}",
@@ -92,6 +94,13 @@ class HFEngine:
 
     def load_weights(self, named_tensors):
         self.model.load_state_dict(dict(named_tensors), strict=True)
+
+    @torch.no_grad()
+    def score(self, prompt, response):
+        """Log-probs of `response` after `prompt` under the engine's current weights."""
+        x = torch.tensor([prompt + response], device=self.device)
+        lp = torch.log_softmax(self.model(x).logits[0, :-1].float(), -1)
+        return lp[len(prompt) - 1:].gather(-1, x[0, len(prompt):, None])[:, 0].tolist()
 
     @torch.no_grad()
     def generate(self, prompts, max_new_tokens, temperature=1.0, seed=0, allowed=None):
@@ -154,6 +163,12 @@ class VLLMEngine:
     def load_weights(self, named_tensors):
         sync_weights(self.llm, named_tensors)
 
+    def score(self, prompt, response):
+        from vllm import SamplingParams
+        r = self.llm.generate([{"prompt_token_ids": prompt + response}],
+                              SamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False)[0]
+        return [d[t].logprob for d, t in zip(r.prompt_logprobs[len(prompt):], response)]
+
     def generate(self, prompts, max_new_tokens, temperature=1.0, seed=0, allowed=None):
         from vllm import SamplingParams
         params = []
@@ -162,8 +177,11 @@ class VLLMEngine:
             if allowed is not None:
                 from vllm.sampling_params import StructuredOutputsParams
                 kw["structured_outputs"] = StructuredOutputsParams(choice=[expert_reply(c) for c in allowed[i]])
+            # vLLM-CPU cannot rewind a per-request seeded generator when a prefill is chunked ("CPU Generator
+            # does not use offset"), so on CPU sampling uses the engine's seeded stream instead.
+            rs = seed * 100003 + i if torch.cuda.is_available() else None
             params.append(SamplingParams(n=1, temperature=temperature, top_p=1.0, top_k=0 if temperature > 0 else -1,
-                                         max_tokens=max_new_tokens, logprobs=0, seed=seed * 100003 + i, **kw))
+                                         max_tokens=max_new_tokens, logprobs=0, seed=rs, **kw))
         res = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         out = []
         for r in res:
@@ -230,7 +248,7 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
             st["errors"] += 1
             continue
         e.update(obs=r["obs"], admissible=r["admissible"], history=list(map(tuple, r["history"])), won=r["won"],
-                 goal=r["task"], room=room_text(r["history"][0][0] if r["history"] else r["obs"]))
+                 goal=r["task"], room=room_text(r["history"][0][0] if r["history"] else r["obs"], cfg.prompt == "compact"))
         e["steps"] = len(e["history"])  # prefix steps count against max_steps
         st["prefix_steps"] += e["steps"]
         if e["gid"] not in aux_done:  # the prefix is shared by the group's R rollouts: one set of aux rows

@@ -22,8 +22,8 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 ARCH = dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=384, max_position_embeddings=2048, rope_theta=10000.0, tie_word_embeddings=True)
-VOCAB = 1024
-VERSION = 2  # bump when the recipe changes, so caches rebuild
+VOCAB = 2048
+VERSION = 3  # bump when the recipe changes, so caches rebuild
 
 
 def env_corpus():

@@ -175,8 +175,12 @@ def loss_terms(rows, aux, n_tok_global, n_aux_global, n_rows_global):
     """Sum of this rank's loss contributions; each part is normalised by global counts so DDP's gradient
     average equals the single-process loss on the global batch. Runs backward per micro-batch."""
     parts = {"pg": 0.0, "kl": 0.0, "aux": 0.0, "clipfrac": 0.0}
+    if ref is None:  # zero advantage and no KL term: these rows carry no gradient, skip their forward pass
+        rows = [r for r in rows if r["adv"] != 0.0]
     use_pg = cfg.mode == "grpo" and rows
     use_aux = cfg.mode != "grpo" or cfg.eta > 0
+    rows = sorted(rows, key=lambda r: len(r["prompt_ids"]) + len(r["response_ids"]))  # less padding per micro-batch
+    aux = sorted(aux, key=lambda r: len(r["prompt_ids"]) + len(r["response_ids"]))
     work = ([("pg", rows[i:i + cfg.micro_batch]) for i in range(0, len(rows), cfg.micro_batch)] if use_pg else []) + \
         ([("aux", aux[i:i + cfg.micro_batch]) for i in range(0, len(aux), cfg.micro_batch)] if use_aux else [])
     if not work:  # this rank has nothing: still join the gradient all-reduce with a zero loss
@@ -415,6 +419,15 @@ for step in bar:
     t3 = time.time()
     engine.load_weights(full_state().items())
     t_sync = time.time() - t3
+    sync_err = None  # does the engine now score a row like the updated policy does?
+    if out["rows"] or out["aux"]:
+        r0 = (out["rows"] or out["aux"])[0]
+        with torch.no_grad():
+            mine_lp = token_logprobs(policy, [r0])[0][0, :len(r0["response_ids"])].cpu()
+        sync_err = (mine_lp - torch.tensor(engine.score(r0["prompt_ids"], r0["response_ids"]))).abs().max().item()
+    # cross-rank consistency: every rank must hold the same weights and scheduler state
+    psum = sum(p.detach().double().sum().item() for p in full_state().values())
+    consist = gather((psum, json.dumps(sched.state_dict(), sort_keys=True)))
     # 6. log (rank 0): one dense line + JSONL
     st = gather(out["stats"])
     pst = gather(prober.stats)
@@ -435,6 +448,8 @@ for step in bar:
                "tokens": sum(x.get("gen_tokens", 0) for x in st) + sum(x.get("gen_tokens", 0) for x in pst),
                "invalid": sum(x.get("invalid", 0) for x in st), "truncated": sum(x.get("truncated", 0) for x in st),
                "env_errors": sum(x.get("errors", 0) for x in st), "redraws": redraws,
+               "sync_err": sync_err, "rank_param_spread": max(c[0] for c in consist) - min(c[0] for c in consist),
+               "sched_same_on_ranks": len({c[1] for c in consist}) == 1,
                "t_rollout": t_roll, "t_gen": st[0].get("t_gen", 0.0), "t_env": st[0].get("t_env", 0.0),
                "t_train": t_train, "t_sync": t_sync, "t_sched": t_sched, "t_step": time.time() - t0}
         log.write(json.dumps(rec, default=_jsonable) + "\n")

@@ -83,10 +83,11 @@ def test_pool_survives_bad_input_and_replaces_killed_worker(pool):
     res = pool.run([("reset", 10, t["gamefile"], []), ("crash", 11)])
     assert res[0]["ok"] and not res[1]["ok"] and "worker crashed" in res[1]["error"]
     assert pool.restarts == 1
-    pool.kill_worker(0)
-    res = pool.run([("step", 10, "look"), ("reset", 13, t["gamefile"], [])])
-    assert not res[0]["ok"] and res[1]["ok"]  # the replacement worker serves new episodes
-    assert pool.run([("reset", 20, t["gamefile"], [])])[0]["ok"]
+    pool.kill_worker(0)  # killed from outside while holding episode 10
+    res = pool.run([("step", 10, "look")])
+    assert not res[0]["ok"] and "worker crashed" in res[0]["error"] and pool.restarts == 2
+    assert pool.run([("reset", 13, t["gamefile"], [])])[0]["ok"]  # the replacement worker serves new episodes
+    assert pool.run([("step", 13, t["walkthrough"][0])])[0]["valid"]
 
 
 def test_official_loader(tmp_path, monkeypatch):
