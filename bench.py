@@ -210,17 +210,112 @@ def bench_env(args):
         json.dump(res, open(args.json, "w"), indent=1)
 
 
+# ============================================================================================
+# rollout: engines on the tiny model and the built-in games
+# ============================================================================================
+def bench_rollout(args):
+    import torch
+    from transformers import AutoTokenizer
+    from config import cache_dir, get_config
+    from envs import EnvPool, load_tasks, room_text
+    from rollout import HFEngine, encode_prompt, rollout, user_message
+    from tiny import tiny_path
+    cfg = get_config(["--preset", "cpu"])
+    path = tiny_path(cache_dir())
+    tok = AutoTokenizer.from_pretrained(path)
+    tasks = load_tasks("train")
+    prompts = []
+    for t in tasks[:128]:  # the first decision of each game, compact prompt (~150 tokens)
+        intro = "-= Welcome =-\n" + t["walkthrough"][0]
+        prompts.append(encode_prompt(tok, user_message(t["id"].split("/")[1].split("-")[0], room_text(intro, True),
+                                                       [], "You are in the middle of a room.", [], 0, cfg), 768)[0])
+    engines = {"hf": HFEngine(path, tok)}
+    try:
+        from rollout import VLLMEngine
+        engines["vllm"] = VLLMEngine(path, tok, seed=0, dtype="float32", max_model_len=1024)
+    except Exception as e:  # noqa: BLE001
+        print(f"(vLLM not available: {e})")
+    res = {}
+    print("bench.py rollout: tiny model (fp32, 2-core CPU), 32 new tokens per prompt, sampled, log-probs on")
+    print(f"{'engine':8s} {'batch':>6s} {'tokens':>8s} {'seconds':>8s} {'tokens/s':>9s}")
+    for name, eng in engines.items():
+        eng.generate(prompts[:8], 8)  # warm-up
+        for bs in (8, 32, 128):
+            t0 = time.time()
+            outs = eng.generate(prompts[:bs], 32, 1.0, seed=1)
+            dt = time.time() - t0
+            n = sum(len(o["ids"]) for o in outs)
+            res[f"{name}_{bs}"] = n / dt
+            print(f"{name:8s} {bs:6d} {n:8d} {dt:8.2f} {n / dt:9.0f}")
+    if "vllm" in engines:
+        print("vLLM / HF tokens/s: " + ", ".join(f"batch {bs}: {res[f'vllm_{bs}'] / res[f'hf_{bs}']:.1f}x"
+                                                  for bs in (8, 32, 128)))
+    sd = engines["hf"].model.state_dict()
+    for name, eng in engines.items():
+        ts = []
+        for _ in range(5):
+            t0 = time.time()
+            eng.load_weights(sd.items())
+            ts.append(time.time() - t0)
+        res[f"sync_{name}_ms"] = 1e3 * float(np.median(ts))
+        print(f"weight sync {name}: {1e3 * np.median(ts):.1f} ms (median of 5, {sum(v.numel() for v in sd.values())} params)")
+    pool = EnvPool(cfg.num_workers)
+    print("\nrollout wall time, cpu preset (8 tasks x R=8, constrained, compact prompt, max 20 steps), seconds:")
+    print(f"{'engine':8s} {'total':>7s} {'generation':>11s} {'environment':>12s} {'overhead':>9s} {'env steps':>10s}")
+    for name, eng in engines.items():
+        groups = [{"task": t, "n": t["L"] // 2, "R": 8} for t in tasks[:8]]
+        out = rollout(eng, pool, tok, groups, cfg, seed=0)
+        st = out["stats"]
+        res[f"rollout_{name}"] = {k: st[k] for k in ("t_total", "t_gen", "t_env", "t_overhead", "env_steps")}
+        print(f"{name:8s} {st['t_total']:7.1f} {st['t_gen']:11.1f} {st['t_env']:12.1f} {st['t_overhead']:9.1f} "
+              f"{st['env_steps']:10d}")
+    pool.close()
+    if args.json:
+        json.dump(res, open(args.json, "w"), indent=1)
+
+
+# ============================================================================================
+# step: one training step's time breakdown (runs train.py itself)
+# ============================================================================================
+def bench_step(args):
+    import subprocess
+    import tempfile
+    out = tempfile.mkdtemp(prefix="bench-step-")
+    cmd = [sys.executable, "train.py", "--preset", args.preset, "--steps", str(args.steps), "--eval_games", "-1",
+           "--ckpt_every", "0", "--out_dir", out] + args.extra
+    print("$ " + " ".join(cmd))
+    r = subprocess.run(cmd, cwd=os.path.dirname(os.path.abspath(__file__)), capture_output=True, text=True,
+                       env={**os.environ, "TQDM_DISABLE": "1"})
+    if r.returncode != 0:
+        sys.exit(r.stdout[-3000:] + r.stderr[-3000:])
+    recs = [json.loads(x) for x in open(os.path.join(out, "log.jsonl")) if '"eval"' not in x][1:]  # skip warm-up
+    keys = [("rollout: generation", "t_gen"), ("rollout: environment", "t_env"), ("train (fwd/bwd/opt)", "t_train"),
+            ("weight sync", "t_sync"), ("scheduler", "t_sched"), ("whole step", "t_step")]
+    print(f"steps 1..{args.steps - 1} of preset {args.preset} (step 0 is warm-up), seconds per step:")
+    res = {}
+    for label, k in keys:
+        v = np.array([x[k] for x in recs])
+        res[k] = float(v.mean())
+        print(f"  {label:24s} {v.mean():9.4f}  ({100 * v.mean() / np.mean([x['t_step'] for x in recs]):5.2f} %)")
+    print(f"  rollouts per step: {[x['rollouts'] for x in recs]} (|B|·R = {recs[0]['rollouts']})")
+    if args.json:
+        json.dump(res, open(args.json, "w"), indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["sched", "env", "rollout", "step"])
     ap.add_argument("--json", default="", help="also write the numbers here")
     ap.add_argument("--seeds", type=int, default=5)
-    a = ap.parse_args()
+    ap.add_argument("--preset", default="cpu", help="step: the preset to time")
+    ap.add_argument("--steps", type=int, default=4, help="step: training steps to run (the first is warm-up)")
+    a, extra = ap.parse_known_args()
+    a.extra = extra  # step: further train.py flags
     if a.what == "sched":
         return bench_sched(a)
-    if a.what == "env":
-        return bench_env(a)
-    sys.exit(f"bench.py {a.what}: not built yet")
+    if extra and a.what != "step":
+        ap.error(f"unrecognized arguments: {' '.join(extra)}")
+    return {"env": bench_env, "rollout": bench_rollout, "step": bench_step}[a.what](a)
 
 
 if __name__ == "__main__":

@@ -120,7 +120,7 @@ class Config:
     max_bad_steps: int = F(3, "stop after this many non-finite losses in a row")
     # ---- evaluation / logging / checkpoints ----
     eval_every: int = F(50, "hint-free evaluation every this many steps (0: only start and end)")
-    eval_games: int = F(0, "validation games per evaluation (0 = all)")
+    eval_games: int = F(0, "validation games per evaluation (0 = all, -1 = no evaluation)")
     train_panel: int = F(0, "also evaluate on this many fixed training games (0 = skip)")
     ckpt_every: int = F(50, "checkpoint every this many steps (0 = only at the end)")
     keep_ckpts: int = F(2, "keep this many newest checkpoints")

@@ -13,6 +13,7 @@ shard, starting after n_i expert actions -> group-normalised advantages -> L = L
 step -> weights synced into the engine -> the scheduler is updated from the batch's success rates, gathered from
 all ranks so every rank holds the same scheduler state.
 """
+import contextlib
 import dataclasses
 import json
 import math
@@ -69,7 +70,7 @@ from envs import EnvPool, length_table, load_tasks  # noqa: E402
 types = cfg.task_types.split(",") if cfg.task_types else None
 train_tasks = load_tasks(cfg.train_split, cfg.games, cfg.cache_dir or None, types, verbose=master)
 eval_tasks = load_tasks(cfg.eval_split, cfg.games, cfg.cache_dir or None, types, verbose=master)
-eval_tasks = eval_tasks[:cfg.eval_games] if cfg.eval_games else eval_tasks
+eval_tasks = [] if cfg.eval_games < 0 else eval_tasks[:cfg.eval_games] if cfg.eval_games else eval_tasks
 panel = [train_tasks[i] for i in np.random.default_rng(1234).permutation(len(train_tasks))[:cfg.train_panel]]
 if master:
     print(length_table(train_tasks))
@@ -103,12 +104,17 @@ opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_
 sched = Scheduler(cfg, [t["id"] for t in train_tasks], [t["L"] for t in train_tasks], seed=cfg.seed)
 
 
+fsdp = ddp and cfg.parallel == "fsdp"
+if fsdp:
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_optimizer_state_dict, set_model_state_dict,
+                                                         set_optimizer_state_dict)
+    FULL = StateDictOptions(full_state_dict=True)  # gathered on every rank: each rank's engine needs all weights
+
+
 def full_state():
     """Full (unsharded) weights for the engine sync and checkpoints."""
-    if ddp and cfg.parallel == "fsdp":
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-        return get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    return policy.state_dict()
+    return get_model_state_dict(policy, options=FULL) if fsdp else policy.state_dict()
 
 
 def get_lr(step):  # linear warm-up, then cosine to 0
@@ -128,6 +134,9 @@ def batch_at(step):
         idx += perm[start:start + B - len(idx)].tolist()
         epoch += 1
     return idx
+
+
+DUMMY = {"prompt_ids": [tok.eos_token_id], "response_ids": [tok.eos_token_id]}
 
 
 def token_logprobs(m, rows, key="response_ids"):
@@ -174,7 +183,7 @@ def advantages(rows, episodes):
 def loss_terms(rows, aux, n_tok_global, n_aux_global, n_rows_global):
     """Sum of this rank's loss contributions; each part is normalised by global counts so DDP's gradient
     average equals the single-process loss on the global batch. Runs backward per micro-batch."""
-    parts = {"pg": 0.0, "kl": 0.0, "aux": 0.0, "clipfrac": 0.0}
+    parts = {"pg": 0.0, "kl": 0.0, "aux": 0.0, "clipfrac": 0.0, "finite": 1.0}
     if ref is None:  # zero advantage and no KL term: these rows carry no gradient, skip their forward pass
         rows = [r for r in rows if r["adv"] != 0.0]
     use_pg = cfg.mode == "grpo" and rows
@@ -183,13 +192,17 @@ def loss_terms(rows, aux, n_tok_global, n_aux_global, n_rows_global):
     aux = sorted(aux, key=lambda r: len(r["prompt_ids"]) + len(r["response_ids"]))
     work = ([("pg", rows[i:i + cfg.micro_batch]) for i in range(0, len(rows), cfg.micro_batch)] if use_pg else []) + \
         ([("aux", aux[i:i + cfg.micro_batch]) for i in range(0, len(aux), cfg.micro_batch)] if use_aux else [])
-    if not work:  # this rank has nothing: still join the gradient all-reduce with a zero loss
-        work = [("none", None)]
+    # every rank runs the same number of forward/backward passes (FSDP all-gathers in each; DDP reduces in the
+    # last): pad with zero-loss passes on a one-token dummy row
+    n_work = torch.tensor([max(len(work), 1)])
+    if ddp:
+        dist.all_reduce(n_work, op=dist.ReduceOp.MAX)
+    work += [("none", [DUMMY])] * (int(n_work.item()) - len(work))
     for j, (kind, mb) in enumerate(work):
-        ctx = model.no_sync() if (ddp and cfg.parallel == "ddp" and j < len(work) - 1) else _null()
+        ctx = model.no_sync() if (ddp and not fsdp and j < len(work) - 1) else contextlib.nullcontext()
         with ctx:
             if kind == "none":
-                loss = sum(p.sum() for p in policy.parameters()) * 0.0
+                loss = token_logprobs(model, mb)[0].sum() * 0.0
             elif kind == "aux":  # teacher forcing on the expert prefix: -sum log pi(a*_t | s_t)
                 lp, m = token_logprobs(model, mb)
                 w = cfg.eta if cfg.mode == "grpo" else 1.0  # aux_only / SFT: the NLL alone
@@ -218,23 +231,17 @@ def loss_terms(rows, aux, n_tok_global, n_aux_global, n_rows_global):
                     loss = per_seq.sum() / max(n_rows_global, 1) * world
                 parts["pg"] += ((pg * m).sum() / max(n_tok_global, 1)).item() * world
                 parts["clipfrac"] += ((((ratio - 1).abs() > cfg.clip_eps) * m).sum() / max(n_tok_global, 1)).item() * world
-            if not torch.isfinite(loss):
-                return None
+            if not torch.isfinite(loss):  # still join the all-reduce (a zero loss), then skip the update
+                parts["finite"] = 0.0
+                loss = sum(p.sum() for p in policy.parameters()) * 0.0
             loss.backward()
     return parts
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def save_checkpoint(step, reason):
     """Atomic: write into a temporary directory, mark COMPLETE, rename. Keeps the newest keep_ckpts."""
     state = full_state()
+    opt_state = get_optimizer_state_dict(policy, opt, options=FULL) if fsdp else opt.state_dict()
     rng = gather({"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()})
     if not master:
         return
@@ -243,7 +250,7 @@ def save_checkpoint(step, reason):
     shutil.rmtree(tmp, ignore_errors=True)
     policy.save_pretrained(tmp, state_dict=state, safe_serialization=True)
     tok.save_pretrained(tmp)
-    torch.save({"opt": opt.state_dict(), "rng": rng}, os.path.join(tmp, "trainer.pt"))
+    torch.save({"opt": opt_state, "rng": rng}, os.path.join(tmp, "trainer.pt"))
     json.dump({"step": step, "reason": reason, "sched": sched.state_dict(), "redraws": redraws},
               open(os.path.join(tmp, "state.json"), "w"))
     dump(cfg, os.path.join(tmp, "config.json.run"))
@@ -272,9 +279,13 @@ if cfg.resume:
     sd = load_file(os.path.join(path, "model.safetensors"))
     if "lm_head.weight" not in sd and policy.config.tie_word_embeddings:
         sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
-    policy.load_state_dict(sd)
     tr = torch.load(os.path.join(path, "trainer.pt"), weights_only=False)
-    opt.load_state_dict(tr["opt"])
+    if fsdp:
+        set_model_state_dict(policy, sd, options=FULL)
+        set_optimizer_state_dict(policy, opt, tr["opt"], options=FULL)
+    else:
+        policy.load_state_dict(sd)
+        opt.load_state_dict(tr["opt"])
     r = tr["rng"][rank] if rank < len(tr["rng"]) else tr["rng"][0]
     random.setstate(r["python"])
     np.random.set_state(r["numpy"])
@@ -397,9 +408,12 @@ for step in bar:
     model.train()
     opt.zero_grad(set_to_none=True)
     parts = loss_terms(out["rows"], out["aux"], counts[0].item(), counts[1].item(), counts[2].item())
-    finite = torch.tensor([parts is not None], dtype=torch.float64)
+    finite = torch.tensor([parts.pop("finite")], dtype=torch.float64)
     if ddp:
         dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+        vec = torch.tensor(list(parts.values()), dtype=torch.float64)  # each rank: (its sum / global count) * world
+        dist.all_reduce(vec)
+        parts = dict(zip(parts, (vec / world).tolist()))
     if finite.item() < 1:
         bad += 1
         opt.zero_grad(set_to_none=True)
@@ -417,20 +431,20 @@ for step in bar:
     t_train = time.time() - t2
     # 5. weight sync into the rollout engine
     t3 = time.time()
-    engine.load_weights(full_state().items())
+    state = full_state()
+    engine.load_weights(state.items())
     t_sync = time.time() - t3
-    sync_err = None  # does the engine now score a row like the updated policy does?
-    if out["rows"] or out["aux"]:
-        r0 = (out["rows"] or out["aux"])[0]
-        with torch.no_grad():
-            mine_lp = token_logprobs(policy, [r0])[0][0, :len(r0["response_ids"])].cpu()
-        sync_err = (mine_lp - torch.tensor(engine.score(r0["prompt_ids"], r0["response_ids"]))).abs().max().item()
+    r0 = (out["rows"] or out["aux"] or [DUMMY])[0]  # does the engine now score a row like the updated policy?
+    with torch.no_grad():
+        mine_lp = token_logprobs(model, [r0])[0][0, :len(r0["response_ids"])].cpu()
+    sync_err = (mine_lp - torch.tensor(engine.score(r0["prompt_ids"], r0["response_ids"]))).abs().max().item()
     # cross-rank consistency: every rank must hold the same weights and scheduler state
-    psum = sum(p.detach().double().sum().item() for p in full_state().values())
+    psum = sum(p.detach().double().sum().item() for p in state.values())
     consist = gather((psum, json.dumps(sched.state_dict(), sort_keys=True)))
     # 6. log (rank 0): one dense line + JSONL
     st = gather(out["stats"])
     pst = gather(prober.stats)
+    n_eps = sum(gather(len(out["episodes"])))
     zero = gather((n_zero, n_groups))
     if master:
         ph = [p for p in p_hat if p == p]
@@ -440,11 +454,11 @@ for step in bar:
                "all0": float(np.mean([p == 0 for p in ph])) if ph else None,
                "all1": float(np.mean([p == 1 for p in ph])) if ph else None,
                "zero_adv_groups": sum(z for z, _ in zero), "groups": sum(g for _, g in zero),
-               **({k: v for k, v in parts.items()} if parts else {}), "grad_norm": gnorm,
+               **parts, "grad_norm": gnorm,
                "mean_n": float(np.mean(plan["n"])), "mean_r": float(np.mean(plan["r"])),
                "mu_global": s["mu_global"], "A": s["A"], "V": s["V"], "mu_k": s["mu_k"], "sigma_k": s["sigma_k"],
-               "rollouts": sum(x.get("rollouts", 0) for x in st), "probe_rollouts": plan["probe_rollouts"],
-               "probe_rollouts_played": sum(x.get("rollouts", 0) for x in pst),
+               "rollouts": n_eps, "probe_rollouts": plan["probe_rollouts"],  # trained on (|B| R) / extra
+               "rollouts_played": sum(x.get("rollouts", 0) for x in st) + sum(x.get("rollouts", 0) for x in pst),
                "tokens": sum(x.get("gen_tokens", 0) for x in st) + sum(x.get("gen_tokens", 0) for x in pst),
                "invalid": sum(x.get("invalid", 0) for x in st), "truncated": sum(x.get("truncated", 0) for x in st),
                "env_errors": sum(x.get("errors", 0) for x in st), "redraws": redraws,
