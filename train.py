@@ -207,7 +207,7 @@ def loss_terms(rows, aux, n_tok_global, n_aux_global, n_rows_global):
                 lp, m = token_logprobs(model, mb)
                 w = cfg.eta if cfg.mode == "grpo" else 1.0  # aux_only / SFT: the NLL alone
                 loss = -(lp * m).sum() / max(n_aux_global, 1) * w * world
-                parts["aux"] += loss.item() / w / world
+                parts["aux"] += loss.item() / w / world  # = local sum / global count
             else:
                 lp, m = token_logprobs(model, mb)
                 old = torch.zeros_like(lp)
@@ -222,15 +222,15 @@ def loss_terms(rows, aux, n_tok_global, n_aux_global, n_rows_global):
                         rlp, _ = token_logprobs(ref, mb)
                     kl = torch.exp(rlp - lp) - (rlp - lp) - 1  # k3, low-variance, >= 0
                     tok_loss = pg + cfg.kl_coef * kl
-                    parts["kl"] += ((kl * m).sum() / max(n_tok_global, 1)).item() * world
+                    parts["kl"] += ((kl * m).sum() / max(n_tok_global, 1)).item()
                 if cfg.loss_agg == "token-mean":
                     loss = (tok_loss * m).sum() / max(n_tok_global, 1) * world
                 else:
                     per_seq = (tok_loss * m).sum(1) / (m.sum(1).clamp(min=1) if cfg.loss_agg == "seq-mean-token-mean"
                                                         else 1.0)
                     loss = per_seq.sum() / max(n_rows_global, 1) * world
-                parts["pg"] += ((pg * m).sum() / max(n_tok_global, 1)).item() * world
-                parts["clipfrac"] += ((((ratio - 1).abs() > cfg.clip_eps) * m).sum() / max(n_tok_global, 1)).item() * world
+                parts["pg"] += ((pg * m).sum() / max(n_tok_global, 1)).item()
+                parts["clipfrac"] += ((((ratio - 1).abs() > cfg.clip_eps) * m).sum() / max(n_tok_global, 1)).item()
             if not torch.isfinite(loss):  # still join the all-reduce (a zero loss), then skip the update
                 parts["finite"] = 0.0
                 loss = sum(p.sum() for p in policy.parameters()) * 0.0
@@ -411,9 +411,9 @@ for step in bar:
     finite = torch.tensor([parts.pop("finite")], dtype=torch.float64)
     if ddp:
         dist.all_reduce(finite, op=dist.ReduceOp.MIN)
-        vec = torch.tensor(list(parts.values()), dtype=torch.float64)  # each rank: (its sum / global count) * world
+        vec = torch.tensor(list(parts.values()), dtype=torch.float64)  # each rank: its sum / the global count
         dist.all_reduce(vec)
-        parts = dict(zip(parts, (vec / world).tolist()))
+        parts = dict(zip(parts, vec.tolist()))
     if finite.item() < 1:
         bad += 1
         opt.zero_grad(set_to_none=True)

@@ -58,7 +58,9 @@ def test_a_couple_of_steps(tmp_path, sched):
         assert sum(r["probe_rollouts"] for r in recs) > 0
     else:
         assert all(r["probe_rollouts"] == 0 for r in recs)
-    before, after = weights(tiny_path(cache_dir())), weights(os.path.join(tmp_path, "ckpt_000002"))
+    model = json.load(open(os.path.join(tmp_path, "config.json")))["model"]  # the preset's starting model
+    before = weights(tiny_path(cache_dir()) if model == "tiny" else os.path.join(ROOT, model))
+    after = weights(os.path.join(tmp_path, "ckpt_000002"))
     assert max((before[k] - after[k]).abs().max().item() for k in before) > 1e-4  # the weights changed
     assert json.load(open(os.path.join(tmp_path, "config.json")))["scheduler"] == sched
 
