@@ -2,6 +2,7 @@
 
     python eval.py --model runs/cpu/ckpt_000040 --eval_split valid_unseen [--eval_games 48]
     python eval.py --preset paper --model runs/paper/ckpt_000200
+    python eval.py --plot runs/cpu runs/cpu_grpo --out docs/cpu_demo.png   # curves + a markdown table from log.jsonl
 
 `evaluate()` is what train.py calls every eval_every steps. NOT BUILT YET: the paper's diagnostic protocol
 (SPEC §6: success p_i(d) on a 0.1 depth grid, 32 rollouts each, Gaussian fit of p(1-p) over d - d*_i) and the
@@ -9,6 +10,8 @@ mismatch-vs-budget panel; `--diagnostic` says so and exits non-zero.
 """
 import collections
 import dataclasses
+import json
+import os
 import sys
 
 from rollout import rollout
@@ -29,8 +32,57 @@ def evaluate(engine, pool, tok, tasks, cfg, seed=0, tag="eval"):
             "invalid": out["stats"]["invalid"] / max(out["stats"]["env_steps"], 1)}
 
 
+def curves(run):
+    """{"val": [(step, success)], "train_panel": [...], "train_batch": [(step, batch success)]} from log.jsonl."""
+    out = collections.defaultdict(list)
+    for line in open(os.path.join(run, "log.jsonl")):
+        r = json.loads(line)
+        for k, v in r.get("eval", {}).items():
+            out[k].append((r["step"], v))
+        if r.get("success") is not None:
+            out["train_batch"].append((r["step"], r["success"]))
+    return out
+
+
+def plot(runs, path):
+    """Hint-free success curves of several runs (one panel per eval set), and a markdown table to stdout."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    data = {r: curves(r) for r in runs}
+    sets = ["train_panel", "val", "train_batch"]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    titles = {"train_panel": "training panel (hint-free)", "val": "validation (hint-free)",
+              "train_batch": "training batch (with hints)"}
+    for ax, k in zip(axes, sets):
+        for r, c in data.items():
+            if c.get(k):
+                x, y = zip(*c[k])
+                ax.plot(x, [100 * v for v in y], marker="o" if k != "train_batch" else None, label=r)
+        ax.set_title(titles[k])
+        ax.set_xlabel("step")
+        ax.set_ylabel("success %")
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    steps = sorted({s for c in data.values() for s, _ in c.get("val", [])})
+    print("| run | set | " + " | ".join(f"step {s}" for s in steps) + " |")
+    print("|---|---|" + "---|" * len(steps))
+    for r, c in data.items():
+        for k in ("train_panel", "val"):
+            d = dict(c.get(k, []))
+            print(f"| {r} | {k} | " + " | ".join(f"{100 * d[s]:.1f}" if s in d else "" for s in steps) + " |")
+    print(f"(plot: {path})")
+
+
 def main():
     from config import get_config
+    if "--plot" in sys.argv:
+        args = sys.argv[sys.argv.index("--plot") + 1:]
+        out = args[args.index("--out") + 1] if "--out" in args else "docs/curves.png"
+        return plot([a for a in args if not a.startswith("--") and a != out], out)
     if "--diagnostic" in sys.argv:
         sys.exit("eval.py --diagnostic: the SPEC §6 diagnostic protocol is not built yet")
     cfg = get_config(description=__doc__)

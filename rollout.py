@@ -98,9 +98,8 @@ class HFEngine:
     @torch.no_grad()
     def score(self, prompt, response):
         """Log-probs of `response` after `prompt` under the engine's current weights."""
-        x = torch.tensor([prompt + response], device=self.device)
-        lp = torch.log_softmax(self.model(x).logits[0, :-1].float(), -1)
-        return lp[len(prompt) - 1:].gather(-1, x[0, len(prompt):, None])[:, 0].tolist()
+        row = {"prompt_ids": prompt, "response_ids": response}
+        return response_logprobs(self.model, [row], self.tok.pad_token_id, self.device)[0][0].tolist()
 
     @torch.no_grad()
     def generate(self, prompts, max_new_tokens, temperature=1.0, seed=0, allowed=None):
@@ -132,6 +131,30 @@ class HFEngine:
                 n = ids.index(eos) + 1 if eos in ids else len(ids)
                 out.append({"ids": ids[:n], "logprobs": lp[i, :n].tolist(), "finished": eos in ids[:n]})
         return out
+
+
+def response_logprobs(m, rows, pad_id, device="cpu"):
+    """Per-token log-probs of each row's response_ids after its prompt_ids under model m (teacher forcing).
+    Returns (lp [b, T_resp], mask [b, T_resp]), responses left-aligned."""
+    seqs = [r["prompt_ids"] + r["response_ids"] for r in rows]
+    T = max(len(s) for s in seqs)
+    x = torch.full((len(rows), T), pad_id, dtype=torch.long)
+    att = torch.zeros((len(rows), T), dtype=torch.long)
+    tgt = torch.zeros((len(rows), T), dtype=torch.bool)
+    for b, (r, s) in enumerate(zip(rows, seqs)):  # right padding; response tokens are the targets
+        x[b, :len(s)], att[b, :len(s)] = torch.tensor(s), 1
+        tgt[b, len(r["prompt_ids"]):len(s)] = True
+    x, att, tgt = x.to(device), att.to(device), tgt.to(device)
+    logits = m(input_ids=x, attention_mask=att).logits[:, :-1].float()  # [b, T-1, V]
+    lp = torch.log_softmax(logits, -1).gather(-1, x[:, 1:, None])[..., 0]  # [b, T-1]: log p(x_t | x_<t)
+    mask = tgt[:, 1:]
+    n = max(len(r["response_ids"]) for r in rows)
+    out_lp = torch.zeros((len(rows), n), device=device)
+    out_m = torch.zeros((len(rows), n), device=device)
+    for b, r in enumerate(rows):
+        k = len(r["response_ids"])
+        out_lp[b, :k], out_m[b, :k] = lp[b][mask[b]], 1.0
+    return out_lp, out_m
 
 
 def sync_weights(llm, named_tensors):

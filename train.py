@@ -46,7 +46,7 @@ master = rank == 0
 device = f"cuda:{local_rank}" if use_cuda else "cpu"
 dtype = {"auto": torch.bfloat16 if use_cuda else torch.float32, "float32": torch.float32,
          "bfloat16": torch.bfloat16}[cfg.dtype]
-from rollout import Prober, group_successes, make_engine, merge, rollout, seed_all, split_groups  # noqa: E402
+from rollout import Prober, group_successes, make_engine, merge, response_logprobs, rollout, seed_all, split_groups  # noqa: E402
 
 seed_all(cfg.seed + rank)  # sampling differs per rank; data order and scheduler use cfg.seed on every rank
 
@@ -139,28 +139,8 @@ def batch_at(step):
 DUMMY = {"prompt_ids": [tok.eos_token_id], "response_ids": [tok.eos_token_id]}
 
 
-def token_logprobs(m, rows, key="response_ids"):
-    """Per-token log-probs of each row's response under model m. Returns (lp [b, T], mask [b, T])."""
-    seqs = [r["prompt_ids"] + r[key] for r in rows]
-    T = max(len(s) for s in seqs)
-    x = torch.full((len(rows), T), tok.pad_token_id, dtype=torch.long)
-    att = torch.zeros((len(rows), T), dtype=torch.long)
-    tgt_mask = torch.zeros((len(rows), T), dtype=torch.bool)
-    for b, (r, s) in enumerate(zip(rows, seqs)):  # right padding; response tokens are the targets
-        x[b, :len(s)], att[b, :len(s)] = torch.tensor(s), 1
-        tgt_mask[b, len(r["prompt_ids"]):len(s)] = True
-    x, att, tgt_mask = x.to(device), att.to(device), tgt_mask.to(device)
-    logits = m(input_ids=x, attention_mask=att).logits[:, :-1].float()  # [b, T-1, V]
-    lp = torch.log_softmax(logits, -1).gather(-1, x[:, 1:, None])[..., 0]  # [b, T-1]: log p(x_t | x_<t)
-    mask = tgt_mask[:, 1:]
-    # keep only response positions, left-aligned: [b, max response length]
-    n = max(len(r[key]) for r in rows)
-    out_lp = torch.zeros((len(rows), n), device=device)
-    out_m = torch.zeros((len(rows), n), device=device)
-    for b, r in enumerate(rows):
-        k = len(r[key])
-        out_lp[b, :k], out_m[b, :k] = lp[b][mask[b]], 1.0
-    return out_lp, out_m
+def token_logprobs(m, rows):
+    return response_logprobs(m, rows, tok.pad_token_id, device)
 
 
 def advantages(rows, episodes):

@@ -103,3 +103,14 @@ def test_resume_continues_like_an_uninterrupted_run(tmp_path):
     for a, b in zip(full[k:], cut[k:]):
         for key in ("lr", "mu_global", "A", "V", "mu_k", "sigma_k", "success", "mean_n"):
             assert a[key] == pytest.approx(b[key]), (key, a["step"])
+
+
+def test_fsdp2_on_cpu_gloo(tmp_path):
+    """--parallel fsdp (torch FSDP2 fully_shard) runs on CPU with gloo: full weights reach every rank's engine."""
+    from transformers import AutoModelForCausalLM
+    train(tmp_path, "--steps", "2", "--parallel", "fsdp", "--engine", "hf", "--eval_games", "-1", "--ckpt_every", "0",
+          torchrun=2)
+    for r in records(tmp_path):
+        assert r["sync_err"] < 1e-4 and r["rank_param_spread"] == 0.0 and r["sched_same_on_ranks"]
+        assert r["aux"] == r["aux"] and r["rollouts"] == 8
+    AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt_000002")  # a full HF checkpoint, not shards
