@@ -53,7 +53,7 @@ def plot(runs, path):
     sets = ["train_panel", "val", "train_batch"]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     titles = {"train_panel": "training panel (hint-free)", "val": "validation (hint-free)",
-              "train_batch": "training batch (with hints)"}
+              "train_batch": "training batch (at the scheduled depth)"}
     for ax, k in zip(axes, sets):
         for r, c in data.items():
             if c.get(k):
