@@ -17,7 +17,7 @@ import sys
 from rollout import rollout
 
 
-def evaluate(engine, pool, tok, tasks, cfg, seed=0, tag="eval"):
+def evaluate(engine, pool, tok, tasks, cfg, seed=0):
     """Greedy, hint-free, one episode per task. Returns {"success", "n", "per_type": {type: success}}."""
     if not tasks:
         return {"success": float("nan"), "n": 0, "per_type": {}}

@@ -95,6 +95,9 @@ class HFEngine:
     def load_weights(self, named_tensors):
         self.model.load_state_dict(dict(named_tensors), strict=True)
 
+    def sleep_mode(self, on):  # nothing to free: the HF engine has no KV cache between calls
+        pass
+
     @torch.no_grad()
     def score(self, prompt, response):
         """Log-probs of `response` after `prompt` under the engine's current weights."""
@@ -308,7 +311,7 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
         t0 = time.time()
         res = pool.run(reqs)
         st["t_env"] += time.time() - t0
-        for e, r in zip(live, res):
+        for e, req, r in zip(live, reqs, res):
             e["steps"] += 1
             st["env_steps"] += 1
             if not r["ok"]:
@@ -319,7 +322,7 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
             row["valid"] = row["valid"] and r["valid"]
             e["invalid"] += not row["valid"]
             st["invalid"] += not row["valid"]
-            e["history"].append((e["obs"], reqs[live.index(e)][2]))
+            e["history"].append((e["obs"], req[2]))
             e.update(obs=r["obs"], admissible=r["admissible"], won=r["won"])
             e["done"] = e["won"] or e["steps"] >= cfg.max_steps
         turn += 1

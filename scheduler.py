@@ -106,6 +106,8 @@ class Scheduler:
                 raise ValueError(f"task {t['id']}: expert length L must be >= 1, got {t['L']}")
         if c.cluster_mode == "online" and step > 0 and step % c.recluster_every == 0:
             self.recluster()
+        if c.prefix_unit == "token" and any("tok_cum" not in t for t in tasks):
+            raise ValueError("prefix_unit 'token' needs each task's tok_cum (rendered prefix token lengths)")
         tok = [t.get("tok_cum") if c.prefix_unit == "token" else None for t in tasks]
         frac = min(step, T - 1) / max(T - 1, 1)
         n, spent = [], 0

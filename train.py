@@ -137,6 +137,10 @@ def batch_at(step):
 
 
 DUMMY = {"prompt_ids": [tok.eos_token_id], "response_ids": [tok.eos_token_id]}
+# released code (--prefix_unit token): the ratio applies to the token length of the rendered "Step i: action" lines
+tok_cum = {t["id"]: np.cumsum([len(tok.encode(f"Step {i + 1}: {a}\n", add_special_tokens=False))
+                               for i, a in enumerate(t["walkthrough"])]).tolist()
+           for t in train_tasks} if cfg.prefix_unit == "token" else {}
 
 
 def token_logprobs(m, rows):
@@ -147,12 +151,8 @@ def advantages(rows, episodes):
     """GRPO: normalise rewards within each task's group (over trajectories, or over step rows). Zero-variance
     groups give zero advantage."""
     by_g = {}
-    for e in episodes:
-        by_g.setdefault(e["gid"], []).append(e["reward"])
-    if cfg.adv_level == "step":
-        by_g = {}
-        for r in rows:
-            by_g.setdefault(r["gid"], []).append(r["reward"])
+    for x in (rows if cfg.adv_level == "step" else episodes):
+        by_g.setdefault(x["gid"], []).append(x["reward"])
     stat = {g: (np.mean(v), np.std(v)) for g, v in by_g.items()}
     for r in rows:
         mu, sd = stat[r["gid"]]
@@ -213,7 +213,7 @@ def loss_terms(rows, aux, n_tok_global, n_aux_global, n_rows_global):
                 parts["clipfrac"] += ((((ratio - 1).abs() > cfg.clip_eps) * m).sum() / max(n_tok_global, 1)).item()
             if not torch.isfinite(loss):  # still join the all-reduce (a zero loss), then skip the update
                 parts["finite"] = 0.0
-                loss = sum(p.sum() for p in policy.parameters()) * 0.0
+                loss = token_logprobs(model, [DUMMY])[0].sum() * 0.0
             loss.backward()
     return parts
 
@@ -343,9 +343,11 @@ for step in bar:
             got.update(part)
         return [got[p] for p in pairs]
     t_sched = time.time()
-    sched_tasks = [{"id": t["id"], "L": t["L"]} for t in tasks]
+    sched_tasks = [{"id": t["id"], "L": t["L"], **({"tok_cum": tok_cum[t["id"]]} if tok_cum else {})} for t in tasks]
     plan = sched.depths(sched_tasks, step, probe)
-    while cfg.mode == "grpo" and all(n >= cfg.max_steps for n in plan["n"]):  # no task leaves the policy a step
+    for _ in range(10):  # no task leaves the policy a step: re-draw (a deterministic schedule cannot, so bounded)
+        if cfg.mode != "grpo" or any(n < cfg.max_steps for n in plan["n"]):
+            break
         redraws += 1
         plan = sched.depths(sched_tasks, step, probe)
     t_sched = time.time() - t_sched - prober.stats.get("t_total", 0.0)
@@ -386,6 +388,7 @@ for step in bar:
     if ddp:
         dist.all_reduce(counts)
     model.train()
+    engine.sleep_mode(True)  # --vllm_sleep (GPU): free the engine's memory during the update
     opt.zero_grad(set_to_none=True)
     parts = loss_terms(out["rows"], out["aux"], counts[0].item(), counts[1].item(), counts[2].item())
     finite = torch.tensor([parts.pop("finite")], dtype=torch.float64)
@@ -411,6 +414,7 @@ for step in bar:
     t_train = time.time() - t2
     # 5. weight sync into the rollout engine
     t3 = time.time()
+    engine.sleep_mode(False)
     state = full_state()
     engine.load_weights(state.items())
     t_sync = time.time() - t3

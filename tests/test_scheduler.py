@@ -250,3 +250,5 @@ def test_bad_input_raises():
         s.update(["t0"], [1.5])
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         s.update(["t0"], [float("nan")])
+    with pytest.raises(ValueError, match="needs each task's tok_cum"):  # no silent fall-back to action counts
+        make(prefix_unit="token").depths(tasks_of([3]), 0)
