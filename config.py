@@ -30,7 +30,7 @@ CHOICES = {
     "cluster_mode": ["quantile", "balanced", "random", "online"],
     "mode": ["grpo", "aux_only", "sft_full", "sft_prefix"],
     "adv_level": ["traj", "step"],
-    "loss_agg": ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"],
+    "loss_agg": ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "episode"],
     "engine": ["auto", "vllm", "hf"],
     "prompt": ["full", "compact"],
     "games": ["builtin", "official"],
@@ -66,11 +66,13 @@ class Config:
     train_split: str = F("train", "split used for training tasks")
     eval_split: str = F("valid_unseen", "split used for hint-free validation")
     task_types: str = F("", "comma list of task types to keep (empty: all six)")
+    train_games: int = F(0, "use only the first N training games of the split (0 = all)")
     max_steps: int = F(50, "episode step budget; expert-prefix steps count against it")
     history_length: int = F(2, "(observation, action) pairs shown in the prompt")
     prompt: str = F("full", "full (<think> + <action>) | compact (action tag only, short obs, past actions)")
     max_prompt_tokens: int = F(2048, "prompt budget; longer prompts are truncated from the left")
     max_new_tokens: int = F(256, "reply budget per step; a reply that hits it is invalid")
+    reward_scale: float = F(1.0, "reward = reward_scale * won - invalid_penalty * invalid steps (released code: 10)")
     invalid_penalty: float = F(0.0, "reward penalty per invalid step (released code: 0.1)")
     constrained: bool = F(False, "constrain decoding to the admissible commands (CPU demo lever)")
     num_workers: int = F(2, "environment worker processes")
@@ -109,13 +111,15 @@ class Config:
     group_size: int = F(8, "R: rollouts per task")
     lr: float = F(1e-5, "peak learning rate (cosine schedule)")
     warmup_frac: float = F(0.1, "share of steps used for linear warm-up")
+    beta1: float = F(0.9, "AdamW beta1")
+    beta2: float = F(0.999, "AdamW beta2")
     weight_decay: float = F(0.0, "AdamW weight decay")
     grad_clip: float = F(1.0, "gradient-norm clip")
     clip_eps: float = F(0.2, "PPO/GRPO ratio clip epsilon")
     kl_coef: float = F(0.01, "beta: k3 KL to the reference model (0 skips the reference)")
     eta: float = F(0.5, "weight of the teacher-forced aux loss on the prefix rows (0 = no L_aux)")
     adv_level: str = F("traj", "group-normalise advantages over trajectories (paper) or step rows (released)")
-    loss_agg: str = F("token-mean", "token-mean | seq-mean-token-sum | seq-mean-token-mean")
+    loss_agg: str = F("token-mean", "token-mean | seq-mean-token-sum | seq-mean-token-mean | episode (grpo.py)")
     micro_batch: int = F(16, "rows per forward/backward micro-batch")
     max_bad_steps: int = F(3, "stop after this many non-finite losses in a row")
     # ---- evaluation / logging / checkpoints ----

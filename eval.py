@@ -17,11 +17,12 @@ import sys
 from rollout import rollout
 
 
-def evaluate(engine, pool, tok, tasks, cfg, seed=0):
-    """Greedy, hint-free, one episode per task. Returns {"success", "n", "per_type": {type: success}}."""
+def evaluate(engine, pool, tok, tasks, cfg, seed=0, temperature=0.0):
+    """Hint-free, one episode per task, greedy (temperature 0) or sampled. Returns {"success", "n", "won",
+    "per_type": {type: success}, "invalid", "out": the rollout output (rows + episodes, for transcripts)}."""
     if not tasks:
-        return {"success": float("nan"), "n": 0, "per_type": {}}
-    ecfg = dataclasses.replace(cfg, temperature=0.0)
+        return {"success": float("nan"), "n": 0, "won": 0, "per_type": {}, "invalid": 0.0, "out": None}
+    ecfg = dataclasses.replace(cfg, temperature=temperature)
     out = rollout(engine, pool, tok, [{"task": t, "n": 0, "R": 1} for t in tasks], ecfg, seed)
     by = collections.defaultdict(list)
     for e, t in zip(out["episodes"], tasks):
@@ -29,7 +30,24 @@ def evaluate(engine, pool, tok, tasks, cfg, seed=0):
     won = [e["won"] for e in out["episodes"]]
     return {"success": sum(won) / len(won), "n": len(won), "won": sum(won),
             "per_type": {k: sum(v) / len(v) for k, v in sorted(by.items())},
-            "invalid": out["stats"]["invalid"] / max(out["stats"]["env_steps"], 1)}
+            "invalid": out["stats"]["invalid"] / max(out["stats"]["env_steps"], 1), "out": out}
+
+
+def write_transcripts(path, out, tok, k=3, header=""):
+    """The first k episodes of a rollout output, decoded turn by turn (prompt, reply, parsed action, reward):
+    the first thing to read when a number looks wrong."""
+    from rollout import parse_action
+    lines = [header] if header else []
+    for e in out["episodes"][:k]:
+        lines.append(f"=== episode {e['eid']} task {e['task_id']} prefix {e['n']} won {e['won']} reward {e['reward']} "
+                     f"steps {e['steps']} invalid {e['invalid']} error {e['error']}")
+        for r in [r for r in out["rows"] if r["eid"] == e["eid"]]:
+            lines += [f"--- turn {r['t']} prompt:", tok.decode(r["prompt_ids"], skip_special_tokens=False),
+                      f"--- reply: {r.get('text', tok.decode(r['response_ids']))!r}",
+                      f"--- action: {parse_action(r.get('text', ''))!r} valid {r['valid']}"]
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 def curves(run):

@@ -16,6 +16,8 @@ import time
 
 import torch
 
+from grpo import pad_options, token_logprobs, trie_options
+
 PROMPT_TEXT = (
     "You are a household robot in a text world. Your task is to: "
     "You have already taken steps. Your most recent observations and actions: Observation: Action: "
@@ -77,6 +79,7 @@ def parse_action(text, finished=True):
 
 # ----------------------------------------------------------------------------------------------
 # Engines: generate(prompts, max_new_tokens, temperature, seed, allowed) -> [{"ids", "logprobs", "finished"}]
+#          allowed: per prompt, the token sequences of every admissible reply (choice_ids), or None (free text)
 #          load_weights(named_tensors)
 # ----------------------------------------------------------------------------------------------
 def choice_ids(tok, commands):
@@ -85,7 +88,8 @@ def choice_ids(tok, commands):
 
 
 class HFEngine:
-    """transformers `generate`, for machines without vLLM. Log-probs are of the raw (temperature-1) policy."""
+    """transformers `generate`, for machines without vLLM. Log-probs are of the distribution that was sampled:
+    restricted to the admissible-reply trie when `allowed` is given, at the sampling temperature (1 for greedy)."""
 
     def __init__(self, model_path, tok, device="cpu", dtype=torch.float32):
         from transformers import AutoModelForCausalLM
@@ -99,12 +103,6 @@ class HFEngine:
         pass
 
     @torch.no_grad()
-    def score(self, prompt, response):
-        """Log-probs of `response` after `prompt` under the engine's current weights."""
-        row = {"prompt_ids": prompt, "response_ids": response}
-        return response_logprobs(self.model, [row], self.tok.pad_token_id, self.device)[0][0].tolist()
-
-    @torch.no_grad()
     def generate(self, prompts, max_new_tokens, temperature=1.0, seed=0, allowed=None):
         pad, eos, out = self.tok.pad_token_id, self.tok.eos_token_id, []
         bs = 64
@@ -115,49 +113,50 @@ class HFEngine:
             att = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in chunk], device=self.device)
             kw = {}
             if allowed is not None:
-                tries = [choice_ids(self.tok, a) for a in allowed[b0:b0 + bs]]
+                tries = allowed[b0:b0 + bs]
 
                 def prefix_fn(b, ids, tries=tries):
-                    done = ids[P:].tolist()
-                    nxt = {s[len(done)] for s in tries[b] if len(s) > len(done) and s[:len(done)] == done}
-                    return sorted(nxt) or [eos]
+                    return trie_options(ids[P:].tolist() + [-1], tries[b])[-1] or [eos]
                 kw["prefix_allowed_tokens_fn"] = prefix_fn
             torch.manual_seed(seed + b0)
             g = self.model.generate(input_ids=x, attention_mask=att, do_sample=temperature > 0,
                                     temperature=max(temperature, 1e-5), top_k=0, top_p=1.0,
                                     max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=eos,
                                     output_logits=True, return_dict_in_generate=True, **kw)
-            seq = g.sequences[:, P:]
-            lp = torch.log_softmax(torch.stack(g.logits, 1).float(), -1).gather(-1, seq[..., None])[..., 0]
+            seq = g.sequences[:, P:]  # [b, T]
+            n = [s.index(eos) + 1 if eos in s else len(s) for s in seq.tolist()]
+            opts = pad_options([trie_options(seq[i, :n[i]].tolist(), tries[i]) if allowed is not None else None
+                                for i in range(len(chunk))], seq.shape[1], self.device)
+            # the distribution that was sampled: raw logits, restricted to the trie, at the temperature
+            lp = token_logprobs(torch.stack(g.logits, 1), seq, opts, temperature)  # [b, T]
             for i in range(len(chunk)):
-                ids = seq[i].tolist()
-                n = ids.index(eos) + 1 if eos in ids else len(ids)
-                out.append({"ids": ids[:n], "logprobs": lp[i, :n].tolist(), "finished": eos in ids[:n]})
+                ids = seq[i, :n[i]].tolist()
+                out.append({"ids": ids, "logprobs": lp[i, :n[i]].tolist(), "finished": eos in ids})
         return out
 
 
-def response_logprobs(m, rows, pad_id, device="cpu"):
-    """Per-token log-probs of each row's response_ids after its prompt_ids under model m (teacher forcing).
-    Returns (lp [b, T_resp], mask [b, T_resp]), responses left-aligned."""
+def response_logprobs(m, rows, pad_id, device="cpu", temperature=1.0):
+    """Per-token log-probs of each row's response_ids after its prompt_ids under model m (teacher forcing), at the
+    rollout temperature and, for rows with "allowed", restricted to the admissible-reply trie: the distribution
+    the engine sampled from. Returns (lp [b, T_resp], mask [b, T_resp]), responses left-aligned."""
     seqs = [r["prompt_ids"] + r["response_ids"] for r in rows]
-    T = max(len(s) for s in seqs)
+    T, n = max(len(s) for s in seqs), max(len(r["response_ids"]) for r in rows)
     x = torch.full((len(rows), T), pad_id, dtype=torch.long)
     att = torch.zeros((len(rows), T), dtype=torch.long)
-    tgt = torch.zeros((len(rows), T), dtype=torch.bool)
-    for b, (r, s) in enumerate(zip(rows, seqs)):  # right padding; response tokens are the targets
+    pos = torch.zeros((len(rows), n), dtype=torch.long)  # where each response token's logits sit
+    for b, (r, s) in enumerate(zip(rows, seqs)):  # right padding
         x[b, :len(s)], att[b, :len(s)] = torch.tensor(s), 1
-        tgt[b, len(r["prompt_ids"]):len(s)] = True
-    x, att, tgt = x.to(device), att.to(device), tgt.to(device)
-    logits = m(input_ids=x, attention_mask=att).logits[:, :-1].float()  # [b, T-1, V]
-    lp = torch.log_softmax(logits, -1).gather(-1, x[:, 1:, None])[..., 0]  # [b, T-1]: log p(x_t | x_<t)
-    mask = tgt[:, 1:]
-    n = max(len(r["response_ids"]) for r in rows)
-    out_lp = torch.zeros((len(rows), n), device=device)
-    out_m = torch.zeros((len(rows), n), device=device)
-    for b, r in enumerate(rows):
         k = len(r["response_ids"])
-        out_lp[b, :k], out_m[b, :k] = lp[b][mask[b]], 1.0
-    return out_lp, out_m
+        pos[b, :k] = torch.arange(len(r["prompt_ids"]) - 1, len(s) - 1)
+    mask = torch.tensor([[1.0] * len(r["response_ids"]) + [0.0] * (n - len(r["response_ids"])) for r in rows])
+    tgt = torch.tensor([r["response_ids"] + [pad_id] * (n - len(r["response_ids"])) for r in rows])
+    opts = pad_options([trie_options(r["response_ids"], r["allowed"]) if r.get("allowed") else None for r in rows],
+                       n) if any(r.get("allowed") for r in rows) else None
+    x, att, pos, mask, tgt = x.to(device), att.to(device), pos.to(device), mask.to(device), tgt.to(device)
+    logits = m(input_ids=x, attention_mask=att).logits  # [b, T, V]
+    logits = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1]))  # [b, n, V]
+    lp = token_logprobs(logits, tgt, None if opts is None else opts.to(device), temperature)  # [b, n]
+    return lp * mask, mask
 
 
 def sync_weights(llm, named_tensors):
@@ -170,16 +169,19 @@ def sync_weights(llm, named_tensors):
 
 class VLLMEngine:
     """One vllm.LLM per rank. Under torchrun it uses the external launcher (one engine per rank, in-process);
-    alone, in-process engine core (so weight tensors can be passed directly)."""
+    alone, in-process engine core (so weight tensors can be passed directly). Log-probs are vLLM's processed ones:
+    after the trie mask (TrieMask) and the temperature, i.e. of the distribution that was sampled."""
 
     def __init__(self, model_path, tok, seed=0, dtype="auto", max_model_len=4096, gpu_mem=0.5, sleep=False):
         import torch.distributed as dist
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        quiet_vllm_reload()
         from vllm import LLM
         kw = dict(model=model_path, dtype=dtype, seed=seed, max_model_len=max_model_len, enable_prefix_caching=True,
-                  enforce_eager=not torch.cuda.is_available(), enable_sleep_mode=sleep and torch.cuda.is_available())
+                  enforce_eager=not torch.cuda.is_available(), enable_sleep_mode=sleep and torch.cuda.is_available(),
+                  logits_processors=[trie_mask_processor()], logprobs_mode="processed_logprobs")
         if torch.cuda.is_available():
             kw["gpu_memory_utilization"] = gpu_mem
         if dist.is_available() and dist.is_initialized():
@@ -189,41 +191,69 @@ class VLLMEngine:
     def load_weights(self, named_tensors):
         sync_weights(self.llm, named_tensors)
 
-    def score(self, prompt, response):
-        from vllm import SamplingParams
-        r = self.llm.generate([{"prompt_token_ids": prompt + response}],
-                              SamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False)[0]
-        return [d[t].logprob for d, t in zip(r.prompt_logprobs[len(prompt):], response)]
-
     def generate(self, prompts, max_new_tokens, temperature=1.0, seed=0, allowed=None):
         from vllm import SamplingParams
         params = []
         for i, _ in enumerate(prompts):
-            kw = {}
-            if allowed is not None:
-                from vllm.sampling_params import StructuredOutputsParams
-                kw["structured_outputs"] = StructuredOutputsParams(choice=[expert_reply(c) for c in allowed[i]])
             # vLLM-CPU cannot rewind a per-request seeded generator when a prefill is chunked ("CPU Generator
             # does not use offset"), so on CPU sampling uses the engine's seeded stream instead.
             rs = seed * 100003 + i if torch.cuda.is_available() else None
             params.append(SamplingParams(n=1, temperature=temperature, top_p=1.0, top_k=0 if temperature > 0 else -1,
-                                         max_tokens=max_new_tokens, logprobs=0, seed=rs, **kw))
+                                         max_tokens=max_new_tokens, logprobs=0, seed=rs,
+                                         extra_args={"allowed": allowed[i]} if allowed is not None else None))
         res = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         out = []
         for r in res:
             c = r.outputs[0]
             ids = list(c.token_ids)
-            if allowed is not None and (not ids or ids[-1] != self.tok.eos_token_id) and c.finish_reason == "stop":
-                ids.append(self.tok.eos_token_id)  # the grammar ended the reply; score its EOS like HF does
-                lps = [d[t].logprob for d, t in zip(c.logprobs, c.token_ids)] + [0.0]
-            else:
-                lps = [d[t].logprob for d, t in zip(c.logprobs, ids)]
-            out.append({"ids": ids, "logprobs": lps, "finished": c.finish_reason == "stop"})
+            out.append({"ids": ids, "logprobs": [d[t].logprob for d, t in zip(c.logprobs, ids)],
+                        "finished": c.finish_reason == "stop"})
         return out
 
     def sleep_mode(self, on):
         if self.sleep:
             self.llm.sleep(level=1) if on else self.llm.wake_up()
+
+
+def trie_mask_processor():
+    """The vLLM side of constrained decoding (vLLM 0.32's v1 logits-processor interface): a request whose
+    SamplingParams.extra_args carry "allowed" (token sequences of the admissible replies) may only continue along
+    that token trie, exactly like HFEngine's prefix function. Ours rather than structured outputs, because a grammar
+    accepts any tokenization of a choice and appends an EOS without a log-prob; the trainer scores token tries."""
+    from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
+
+    class TrieMask(AdapterLogitsProcessor):
+        def is_argmax_invariant(self):
+            return False  # it changes the greedy choice too
+
+        def new_req_logits_processor(self, params):
+            allowed = (params.extra_args or {}).get("allowed")
+            if not allowed:
+                return None
+
+            def mask(output_ids, logits):  # logits [V] of one request
+                keep = trie_options(list(output_ids) + [-1], allowed)[-1]
+                out = torch.full_like(logits, float("-inf"))
+                if keep:
+                    idx = torch.tensor(keep, device=logits.device)
+                    out[idx] = logits[idx]
+                return out
+            return mask
+    return TrieMask
+
+
+def quiet_vllm_reload():
+    """vLLM 0.32's reload_weights logs 'RotaryEmbedding: Failed to load weights' at every sync. Harmless: the
+    layerwise reloader counts the rotary embedding's cos/sin cache as a loadable tensor, finds no checkpoint
+    weight for it (the cache is computed from the config, no checkpoint has it) and puts the existing cache back
+    unchanged. The per-step sync check (sync_err in log.jsonl) shows the synced engine scores like the trainer.
+    So this one line is kept off the console; everything else the reloader says passes through."""
+    import logging
+
+    class _Drop(logging.Filter):
+        def filter(self, record):
+            return not record.getMessage().startswith("RotaryEmbedding: Failed to load weights")
+    logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(_Drop())
 
 
 def make_engine(cfg, model_path, tok, device, seed):
@@ -296,17 +326,18 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
             ids, tr = encode_prompt(tok, msg, cfg.max_prompt_tokens)
             st["truncated"] += tr
             prompts.append(ids)
+        allowed = [choice_ids(tok, e["admissible"]) for e in live] if cfg.constrained else None
         t0 = time.time()
-        outs = engine.generate(prompts, cfg.max_new_tokens, cfg.temperature, seed * 1000 + turn,
-                               [e["admissible"] for e in live] if cfg.constrained else None)
+        outs = engine.generate(prompts, cfg.max_new_tokens, cfg.temperature, seed * 1000 + turn, allowed)
         st["t_gen"] += time.time() - t0
         reqs = []
-        for e, p, o in zip(live, prompts, outs):
+        for j, (e, p, o) in enumerate(zip(live, prompts, outs)):
             st["gen_tokens"] += len(o["ids"])
             text = tok.decode(o["ids"], skip_special_tokens=True)
             action = parse_action(text, o["finished"])
             e["rows"].append({"prompt_ids": p, "response_ids": o["ids"], "logprobs": o["logprobs"], "gid": e["gid"],
-                              "eid": e["eid"], "t": e["steps"], "valid": action is not None})
+                              "eid": e["eid"], "t": e["steps"], "valid": action is not None, "text": text,
+                              **({"allowed": allowed[j]} if allowed is not None else {})})
             reqs.append(("step", e["eid"], action if action is not None else ""))
         t0 = time.time()
         res = pool.run(reqs)
@@ -329,7 +360,7 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
     pool.run([("close", e["eid"]) for e in eps])
     episodes, rows = [], []
     for e in eps:
-        reward = float(e["won"]) - cfg.invalid_penalty * e["invalid"]
+        reward = cfg.reward_scale * float(e["won"]) - cfg.invalid_penalty * e["invalid"]
         episodes.append({"eid": e["eid"], "gid": e["gid"], "task_id": e["task"]["id"], "n": e["n"],
                          "won": bool(e["won"]), "reward": reward, "steps": e.get("steps", 0),
                          "invalid": e["invalid"], "error": e["error"]})

@@ -46,6 +46,7 @@ master = rank == 0
 device = f"cuda:{local_rank}" if use_cuda else "cpu"
 dtype = {"auto": torch.bfloat16 if use_cuda else torch.float32, "float32": torch.float32,
          "bfloat16": torch.bfloat16}[cfg.dtype]
+from grpo import agg_weights, group_advantages, policy_loss  # noqa: E402
 from rollout import Prober, group_successes, make_engine, merge, response_logprobs, rollout, seed_all, split_groups  # noqa: E402
 
 seed_all(cfg.seed + rank)  # sampling differs per rank; data order and scheduler use cfg.seed on every rank
@@ -69,6 +70,7 @@ from envs import EnvPool, length_table, load_tasks  # noqa: E402
 
 types = cfg.task_types.split(",") if cfg.task_types else None
 train_tasks = load_tasks(cfg.train_split, cfg.games, cfg.cache_dir or None, types, verbose=master)
+train_tasks = train_tasks[:cfg.train_games] if cfg.train_games else train_tasks
 eval_tasks = load_tasks(cfg.eval_split, cfg.games, cfg.cache_dir or None, types, verbose=master)
 eval_tasks = [] if cfg.eval_games < 0 else eval_tasks[:cfg.eval_games] if cfg.eval_games else eval_tasks
 panel = [train_tasks[i] for i in np.random.default_rng(1234).permutation(len(train_tasks))[:cfg.train_panel]]
@@ -100,7 +102,7 @@ elif ddp:  # FSDP2: shard every decoder layer, then the root; full weights are g
         fully_shard(layer)
     model = fully_shard(policy)
 engine = make_engine(cfg, model_path, tok, device, cfg.seed + rank)
-opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99))
+opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(cfg.beta1, cfg.beta2))
 sched = Scheduler(cfg, [t["id"] for t in train_tasks], [t["L"] for t in train_tasks], seed=cfg.seed)
 
 
@@ -143,27 +145,33 @@ tok_cum = {t["id"]: np.cumsum([len(tok.encode(f"Step {i + 1}: {a}\n", add_specia
            for t in train_tasks} if cfg.prefix_unit == "token" else {}
 
 
-def token_logprobs(m, rows):
-    return response_logprobs(m, rows, tok.pad_token_id, device)
+def token_logprobs(m, rows):  # the distribution the engine sampled: trie-restricted, at the rollout temperature
+    return response_logprobs(m, rows, tok.pad_token_id, device, cfg.temperature)
 
 
 def advantages(rows, episodes):
-    """GRPO: normalise rewards within each task's group (over trajectories, or over step rows). Zero-variance
-    groups give zero advantage."""
-    by_g = {}
-    for x in (rows if cfg.adv_level == "step" else episodes):
-        by_g.setdefault(x["gid"], []).append(x["reward"])
-    stat = {g: (np.mean(v), np.std(v)) for g, v in by_g.items()}
+    """GRPO advantages (grpo.group_advantages) within each task's group, over trajectories (paper) or over step
+    rows (released). Episodes that hit an environment error leave their group's statistics and train on nothing.
+    Sets row["adv"]; returns (zero-variance groups, groups)."""
+    err = {e["eid"] for e in episodes if e["error"]}
+    units = rows if cfg.adv_level == "step" else episodes
+    adv, n_zero = group_advantages(torch.tensor([u["reward"] for u in units], dtype=torch.float64),
+                                   torch.tensor([u["gid"] for u in units]),
+                                   torch.tensor([u["eid"] not in err for u in units]))
+    by_eid = {u["eid"]: a for u, a in zip(units, adv.tolist())}
+    for j, r in enumerate(rows):
+        r["adv"] = adv[j].item() if cfg.adv_level == "step" else by_eid[r["eid"]]
+    return n_zero, len({u["gid"] for u in units if u["eid"] not in err})
+
+
+def loss_terms(rows, aux, counts):
+    """Backward of this rank's share of L = L_GRPO + eta L_aux, one micro-batch at a time. The math is grpo.py's;
+    weights use global counts (tokens, rows, episodes, aux tokens over all ranks), so DDP's gradient average equals
+    the single-process loss on the global batch. Returns this rank's sums of the logged terms."""
+    parts = {"pg": 0.0, "kl": 0.0, "aux": 0.0, "clipped": 0.0, "ratio_dev": 0.0, "finite": 1.0}
+    ep_tok = {}
     for r in rows:
-        mu, sd = stat[r["gid"]]
-        r["adv"] = 0.0 if sd < 1e-8 else (r["reward"] - mu) / (sd + 1e-6)
-    return sum(sd < 1e-8 for _, sd in stat.values()), len(stat)
-
-
-def loss_terms(rows, aux, n_tok_global, n_aux_global, n_rows_global):
-    """Sum of this rank's loss contributions; each part is normalised by global counts so DDP's gradient
-    average equals the single-process loss on the global batch. Runs backward per micro-batch."""
-    parts = {"pg": 0.0, "kl": 0.0, "aux": 0.0, "clipfrac": 0.0, "finite": 1.0}
+        ep_tok[r["eid"]] = ep_tok.get(r["eid"], 0) + len(r["response_ids"])
     if ref is None:  # zero advantage and no KL term: these rows carry no gradient, skip their forward pass
         rows = [r for r in rows if r["adv"] != 0.0]
     use_pg = cfg.mode == "grpo" and rows
@@ -183,39 +191,48 @@ def loss_terms(rows, aux, n_tok_global, n_aux_global, n_rows_global):
         with ctx:
             if kind == "none":
                 loss = token_logprobs(model, mb)[0].sum() * 0.0
-            elif kind == "aux":  # teacher forcing on the expert prefix: -sum log pi(a*_t | s_t)
+            elif kind == "aux":  # teacher forcing on the expert prefix: -sum log pi(a*_t | s_t), token mean
                 lp, m = token_logprobs(model, mb)
                 w = cfg.eta if cfg.mode == "grpo" else 1.0  # aux_only / SFT: the NLL alone
-                loss = -(lp * m).sum() / max(n_aux_global, 1) * w * world
+                loss = -(lp * m).sum() / max(counts["aux_tokens"], 1) * w * world
                 parts["aux"] += loss.item() / w / world  # = local sum / global count
             else:
-                lp, m = token_logprobs(model, mb)
-                old = torch.zeros_like(lp)
-                adv = torch.tensor([r["adv"] for r in mb], device=device)[:, None]  # [b, 1]
+                lp, m = token_logprobs(model, mb)  # [b, T]
+                old = torch.zeros_like(lp)  # the engine's log-probs of the same tokens: ratio 1 on-policy
                 for b, r in enumerate(mb):
                     old[b, :len(r["logprobs"])] = torch.tensor(r["logprobs"], device=device)
-                ratio = torch.exp(lp - old)
-                pg = -torch.min(ratio * adv, torch.clamp(ratio, 1 - cfg.clip_eps, 1 + cfg.clip_eps) * adv)
-                tok_loss = pg
+                rlp = None
                 if ref is not None:
                     with torch.no_grad():
-                        rlp, _ = token_logprobs(ref, mb)
-                    kl = torch.exp(rlp - lp) - (rlp - lp) - 1  # k3, low-variance, >= 0
-                    tok_loss = pg + cfg.kl_coef * kl
-                    parts["kl"] += ((kl * m).sum() / max(n_tok_global, 1)).item()
-                if cfg.loss_agg == "token-mean":
-                    loss = (tok_loss * m).sum() / max(n_tok_global, 1) * world
-                else:
-                    per_seq = (tok_loss * m).sum(1) / (m.sum(1).clamp(min=1) if cfg.loss_agg == "seq-mean-token-mean"
-                                                        else 1.0)
-                    loss = per_seq.sum() / max(n_rows_global, 1) * world
-                parts["pg"] += ((pg * m).sum() / max(n_tok_global, 1)).item()
-                parts["clipfrac"] += ((((ratio - 1).abs() > cfg.clip_eps) * m).sum() / max(n_tok_global, 1)).item()
+                        rlp = token_logprobs(ref, mb)[0]
+                w = agg_weights(cfg.loss_agg, torch.tensor([len(r["response_ids"]) for r in mb]),
+                                torch.tensor([ep_tok[r["eid"]] for r in mb]), counts["tokens"], counts["rows"],
+                                counts["episodes"]).to(device)  # [b]
+                adv = torch.tensor([r["adv"] for r in mb], device=device)  # [b]
+                loss, st = policy_loss(lp, old, adv, m, w, cfg.clip_eps, rlp, cfg.kl_coef)
+                loss = loss * world
+                for k in ("pg", "kl", "clipped"):
+                    parts[k] += st[k]
+                parts["ratio_dev"] = max(parts["ratio_dev"], st["ratio_dev"])
             if not torch.isfinite(loss):  # still join the all-reduce (a zero loss), then skip the update
                 parts["finite"] = 0.0
                 loss = token_logprobs(model, [DUMMY])[0].sum() * 0.0
             loss.backward()
     return parts
+
+
+def update_size(step_fn):
+    """Run the optimizer step; return ||theta_new - theta_old|| / ||theta_old|| over all parameters (this rank's
+    shards under FSDP, summed over ranks)."""
+    params = [p for p in policy.parameters() if p.requires_grad]
+    local = lambda t: t.to_local() if hasattr(t, "to_local") else t  # noqa: E731  (FSDP2 DTensor shard)
+    before = [local(p.detach()).clone() for p in params]
+    step_fn()
+    sq = torch.tensor([sum(((local(p.detach()) - b).double() ** 2).sum().item() for p, b in zip(params, before)),
+                       sum((b.double() ** 2).sum().item() for b in before)], dtype=torch.float64)
+    if fsdp:
+        dist.all_reduce(sq)
+    return math.sqrt(sq[0].item() / max(sq[1].item(), 1e-30))
 
 
 def save_checkpoint(step, reason):
@@ -302,14 +319,21 @@ signal.signal(signal.SIGINT, _on_signal)
 
 
 def run_eval(step):
-    """Hint-free evaluation on the validation split (and the fixed training panel), sharded over ranks."""
-    from eval import evaluate
+    """Hint-free evaluation on the validation split and the fixed training panel, greedy and sampled at the
+    training temperature, sharded over ranks. Writes a few decoded transcripts per set to out_dir/transcripts/."""
+    from eval import evaluate, write_transcripts
     res = {}
     for name, tasks in (("val", eval_tasks), ("train_panel", panel)):
-        if tasks:
+        for suffix, temp in (("", 0.0), ("_sampled", cfg.temperature)):
+            if not tasks:
+                continue
             mine = tasks[rank::world]
-            r = gather(evaluate(engine, pool, tok, mine, cfg, seed=10**6 + step) if mine else {"won": 0, "n": 0})
-            res[name] = sum(x["won"] for x in r) / max(sum(x["n"] for x in r), 1)
+            r = evaluate(engine, pool, tok, mine, cfg, seed=10**6 + step, temperature=temp) if mine else None
+            if r and master:
+                write_transcripts(os.path.join(cfg.out_dir, "transcripts", f"step{step:06d}_{name}{suffix}.txt"),
+                                  r["out"], tok, header=f"step {step} {name}{suffix} temperature {temp}")
+            got = gather({"won": r["won"], "n": r["n"]} if r else {"won": 0, "n": 0})
+            res[name + suffix] = sum(x["won"] for x in got) / max(sum(x["n"] for x in got), 1)
     if master:
         print(f"[eval] step {step}: " + "  ".join(f"{k} {100 * v:.1f}%" for k, v in res.items()))
         log.write(json.dumps({"step": step, "eval": res}) + "\n")
@@ -379,24 +403,31 @@ for step in bar:
         sched.update([t["id"] for t in tasks], p_hat, flags)
     else:
         p_hat = [float("nan")] * len(tasks)
-    # 4. GRPO advantages within each group, then the loss and the update
+    # 4. GRPO advantages within each group, then the loss and the update (error episodes train on nothing)
     t2 = time.time()
-    n_zero, n_groups = advantages(out["rows"], out["episodes"]) if out["episodes"] else (0, 0)
-    n_tok = sum(len(r["response_ids"]) for r in out["rows"])
-    n_aux = sum(len(r["response_ids"]) for r in out["aux"])
-    counts = torch.tensor([n_tok, n_aux, len(out["rows"])], dtype=torch.float64)
+    err = {e["eid"] for e in out["episodes"] if e["error"]}
+    rows = [r for r in out["rows"] if r["eid"] not in err]
+    n_zero, n_groups = advantages(rows, out["episodes"]) if out["episodes"] else (0, 0)
+    counts = torch.tensor([sum(len(r["response_ids"]) for r in rows), len(rows), len({r["eid"] for r in rows}),
+                           sum(len(r["response_ids"]) for r in out["aux"])], dtype=torch.float64)
     if ddp:
         dist.all_reduce(counts)
+    counts = dict(zip(("tokens", "rows", "episodes", "aux_tokens"), counts.tolist()))
     model.train()
     engine.sleep_mode(True)  # --vllm_sleep (GPU): free the engine's memory during the update
     opt.zero_grad(set_to_none=True)
-    parts = loss_terms(out["rows"], out["aux"], counts[0].item(), counts[1].item(), counts[2].item())
+    parts = loss_terms(rows, out["aux"], counts)
     finite = torch.tensor([parts.pop("finite")], dtype=torch.float64)
+    ratio_dev = torch.tensor([parts.pop("ratio_dev")], dtype=torch.float64)
     if ddp:
         dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+        dist.all_reduce(ratio_dev, op=dist.ReduceOp.MAX)
         vec = torch.tensor(list(parts.values()), dtype=torch.float64)  # each rank: its sum / the global count
         dist.all_reduce(vec)
         parts = dict(zip(parts, vec.tolist()))
+    parts["clipfrac"] = parts.pop("clipped") / max(counts["tokens"], 1)
+    parts["ratio_dev"] = ratio_dev.item()  # max |pi / pi_engine - 1| over tokens: 0 when on-policy
+    upd = 0.0
     if finite.item() < 1:
         bad += 1
         opt.zero_grad(set_to_none=True)
@@ -409,7 +440,8 @@ for step in bar:
     else:
         bad = 0
         gnorm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip).item()
-        opt.step()
+        if gnorm > 0:  # no signal, no step: Adam would turn a zero gradient into a full-size move via momentum
+            upd = update_size(opt.step)
     model.eval()
     t_train = time.time() - t2
     # 5. weight sync into the rollout engine
@@ -418,10 +450,13 @@ for step in bar:
     state = full_state()
     engine.load_weights(state.items())
     t_sync = time.time() - t3
-    r0 = (out["rows"] or out["aux"] or [DUMMY])[0]  # does the engine now score a row like the updated policy?
+    # sync check: the engine's greedy reply to one row's prompt (under that row's constraint), scored by the policy
+    r0 = (rows or out["aux"] or [DUMMY])[0]
+    o = engine.generate([r0["prompt_ids"]], cfg.max_new_tokens, 0.0, step, [r0["allowed"]] if "allowed" in r0 else None)[0]
+    chk = {"prompt_ids": r0["prompt_ids"], "response_ids": o["ids"], **({"allowed": r0["allowed"]} if "allowed" in r0 else {})}
     with torch.no_grad():
-        mine_lp = token_logprobs(model, [r0])[0][0, :len(r0["response_ids"])].cpu()
-    sync_err = (mine_lp - torch.tensor(engine.score(r0["prompt_ids"], r0["response_ids"]))).abs().max().item()
+        mine_lp = response_logprobs(model, [chk], tok.pad_token_id, device, 1.0)[0][0].cpu()
+    sync_err = (mine_lp - torch.tensor(o["logprobs"])).abs().max().item()
     # cross-rank consistency: every rank must hold the same weights and scheduler state
     psum = sum(p.detach().double().sum().item() for p in state.values())
     consist = gather((psum, json.dumps(sched.state_dict(), sort_keys=True)))
@@ -430,6 +465,7 @@ for step in bar:
     pst = gather(prober.stats)
     n_eps = sum(gather(len(out["episodes"])))
     zero = gather((n_zero, n_groups))
+    n_err = sum(gather(len(err)))
     if master:
         ph = [p for p in p_hat if p == p]
         s = sched.stats()
@@ -438,7 +474,8 @@ for step in bar:
                "all0": float(np.mean([p == 0 for p in ph])) if ph else None,
                "all1": float(np.mean([p == 1 for p in ph])) if ph else None,
                "zero_adv_groups": sum(z for z, _ in zero), "groups": sum(g for _, g in zero),
-               **parts, "grad_norm": gnorm,
+               **parts, "grad_norm": gnorm, "update_rel": upd, "stepped": upd > 0,
+               "error_episodes": n_err,
                "mean_n": float(np.mean(plan["n"])), "mean_r": float(np.mean(plan["r"])),
                "mu_global": s["mu_global"], "A": s["A"], "V": s["V"], "mu_k": s["mu_k"], "sigma_k": s["sigma_k"],
                "rollouts": n_eps, "probe_rollouts": plan["probe_rollouts"],  # trained on (|B| R) / extra
@@ -459,7 +496,7 @@ for step in bar:
         fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
         bar.write(f"step {step:4d} | succ {fmt(rec['success'])} band {fmt(rec['in_band'])} 0s {fmt(rec['all0'])} "
                   f"1s {fmt(rec['all1'])} | pg {rec.get('pg', 0):+.4f} aux {rec.get('aux', 0):.3f} "
-                  f"kl {rec.get('kl', 0):.4f} | mu_g {s['mu_global']:.2f} {cl} | n {rec['mean_n']:.1f} | "
+                  f"kl {rec.get('kl', 0):.4f} clip {rec['clipfrac']:.3f} upd {upd:.1e} | mu_g {s['mu_global']:.2f} {cl} | n {rec['mean_n']:.1f} | "
                   f"roll {rec['rollouts']}+{rec['probe_rollouts']} tok {rec['tokens']} | "
                   f"t roll {t_roll:.1f} train {t_train:.1f} sync {t_sync:.2f}s")
     # 7. evaluation and checkpoints

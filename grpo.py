@@ -1,0 +1,120 @@
+"""The GRPO math as pure functions on tensors: group advantages, the constrained (trie-masked) log-probs, the
+loss weights of each aggregation, and the clipped policy loss with the k3 KL. No model, no environment:
+train.py does the micro-batching and the DDP wiring, and tests/test_grpo.py checks each piece on toy inputs.
+
+    adv, n_zero = group_advantages(rewards, gid, keep)               # [E] per episode
+    opts = trie_options(response_ids, allowed)                        # allowed next tokens per response position
+    lp = token_logprobs(logits, targets, options, temperature)        # [b, T] log pi(a_t | s, a_<t)
+    w = agg_weights("episode", row_tokens, episode_tokens, counts)    # [b] weight of each of a row's tokens
+    loss, stats = policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp, kl_coef)
+
+Constrained decoding (--constrained 1) samples from the policy restricted to the admissible commands: at each
+reply position only the tokens that continue some admissible reply (a token trie) keep their mass, renormalised.
+The engines record, and the trainer scores, exactly that distribution. A forced position (one allowed token) then
+has log-prob 0 and no gradient, and no mass can drift onto tokens the constraint never allows.
+"""
+import torch
+
+AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "episode")
+
+
+def group_advantages(rewards, gid, keep=None, eps=1e-6):
+    """GRPO advantage: (r - mean_g) / (std_g + eps) within each group g, population std as in verl.
+    rewards [E] float, gid [E] long, keep [E] bool (False: an episode that hit an environment error; it leaves its
+    group's statistics and gets advantage 0). A group whose kept rewards are all equal gives 0.
+    -> (adv [E], number of zero-variance groups among the groups with a kept episode)."""
+    rewards = rewards.double()
+    keep = torch.ones_like(rewards, dtype=torch.bool) if keep is None else keep
+    adv = torch.zeros_like(rewards)
+    n_zero = 0
+    for g in torch.unique(gid[keep]):
+        sel = (gid == g) & keep  # [E]
+        r = rewards[sel]
+        sd = r.std(unbiased=False)
+        if sd < 1e-8:
+            n_zero += 1
+            continue
+        adv[sel] = (r - r.mean()) / (sd + eps)
+    return adv.float(), n_zero
+
+
+def trie_options(response, allowed):
+    """For each position j of `response`, the allowed next tokens: {s[j] for s in allowed that agree with
+    response[:j]}. response: token ids; allowed: token-id sequences of every admissible reply (each ends with EOS).
+    -> list (len(response)) of sorted lists; an empty list means the prefix left the trie (never for a reply the
+    constrained engine produced)."""
+    out, alive = [], list(allowed)
+    for j, t in enumerate(response):
+        out.append(sorted({s[j] for s in alive if len(s) > j}))
+        alive = [s for s in alive if len(s) > j and s[j] == t]
+    return out
+
+
+def pad_options(options, T, device=None):
+    """Per row, per position lists of allowed ids -> long tensor [b, T, K] padded with -1; K >= 1.
+    A row without a constraint (None) is all -1, i.e. the whole vocabulary."""
+    K = max([len(o) for row in options if row is not None for o in row] + [1])
+    out = torch.full((len(options), T, K), -1, dtype=torch.long)
+    for b, row in enumerate(options):
+        for j, o in enumerate(row or []):
+            out[b, j, :len(o)] = torch.tensor(o, dtype=torch.long)
+    return out.to(device)
+
+
+def token_logprobs(logits, targets, options=None, temperature=1.0):
+    """log pi(target_t) under softmax(logits / temperature), restricted where options say so.
+    logits [b, T, V] float, targets [b, T] long, options [b, T, K] long (-1 = pad; a position whose K entries are
+    all -1 is unconstrained). -> [b, T]. Memory is O(b T K) beyond the logits, so a 150k vocabulary is fine."""
+    z = logits.float() / (temperature if temperature > 0 else 1.0)  # T = 0 (greedy): score the T = 1 policy
+    tgt = z.gather(-1, targets[..., None])[..., 0]  # [b, T]
+    lse_all = torch.logsumexp(z, -1)  # [b, T]
+    if options is None:
+        return tgt - lse_all
+    constrained = (options >= 0).any(-1)  # [b, T]
+    opt = z.gather(-1, options.clamp(min=0)).masked_fill(options < 0, float("-inf"))  # [b, T, K]
+    lse_opt = torch.logsumexp(opt, -1)  # [b, T]
+    return tgt - torch.where(constrained, lse_opt, lse_all)
+
+
+def agg_weights(agg, row_tokens, episode_tokens, n_tokens, n_rows, n_episodes):
+    """Weight of each token of each row so that loss = sum_rows w_row * sum_t tok_loss_t is the aggregation's mean.
+    row_tokens [b]: response tokens of the row; episode_tokens [b]: response tokens of the row's whole episode;
+    n_tokens / n_rows / n_episodes: global counts (all ranks) of the batch being aggregated.
+      token-mean           1 / n_tokens                    every token weighs the same (long episodes weigh more)
+      seq-mean-token-sum   1 / n_rows                      every step row's token sum weighs the same
+      seq-mean-token-mean  1 / (row_tokens * n_rows)       every step row weighs the same
+      episode              1 / (episode_tokens * n_episodes)  every episode weighs the same (mean over its tokens)
+    -> [b] float."""
+    row_tokens, episode_tokens = row_tokens.float().clamp(min=1), episode_tokens.float().clamp(min=1)
+    if agg == "token-mean":
+        return torch.full_like(row_tokens, 1.0 / max(n_tokens, 1))
+    if agg == "seq-mean-token-sum":
+        return torch.full_like(row_tokens, 1.0 / max(n_rows, 1))
+    if agg == "seq-mean-token-mean":
+        return 1.0 / (row_tokens * max(n_rows, 1))
+    if agg == "episode":
+        return 1.0 / (episode_tokens * max(n_episodes, 1))
+    raise ValueError(f"unknown loss aggregation {agg!r} (expected one of {AGGS})")
+
+
+def policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp=None, kl_coef=0.0):
+    """Clipped GRPO surrogate + k3 KL to the reference, aggregated with per-row token weights.
+    lp, old_lp, ref_lp, mask [b, T]; adv, w [b]. The sign: minimising this raises log pi of tokens with positive
+    advantage. -> (loss, stats) with stats = weighted pg and kl terms, clip fraction and max |ratio - 1|
+    (pg, kl: weighted like the loss; clipped: a token count; all add up over micro-batches and ranks)."""
+    ratio = torch.exp(lp - old_lp)  # [b, T]
+    a = adv[:, None]  # [b, 1]
+    pg = -torch.min(ratio * a, torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * a)  # [b, T]
+    tok = pg
+    kl = torch.zeros_like(lp)
+    if ref_lp is not None:
+        d = ref_lp - lp
+        kl = torch.exp(d) - d - 1  # k3: unbiased, >= 0
+        tok = pg + kl_coef * kl
+    W = w[:, None] * mask  # [b, T]
+    loss = (tok * W).sum()
+    with torch.no_grad():
+        clipped = (((ratio - 1).abs() > clip_eps).float() * mask).sum().item()
+        dev = ((ratio - 1).abs() * mask).max().item() if mask.any() else 0.0
+        stats = {"pg": (pg * W).sum().item(), "kl": (kl * W).sum().item(), "clipped": clipped, "ratio_dev": dev}
+    return loss, stats

@@ -1,0 +1,147 @@
+"""grpo.py on toy tensors: the sign of the update, the trie mask, every loss aggregation, zero-variance groups,
+error episodes, clipping and the KL term. Fast (no model, no environment)."""
+import math
+
+import pytest
+import torch
+
+from grpo import agg_weights, group_advantages, pad_options, policy_loss, token_logprobs, trie_options
+
+
+def test_group_advantages_sign_and_zero_variance():
+    r = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0])
+    gid = torch.tensor([0, 0, 0, 0, 1, 1, 2, 2])
+    adv, n_zero = group_advantages(r, gid)
+    # group 0: mean 0.25, population std sqrt(3)/4
+    sd = math.sqrt(3) / 4
+    assert adv[:4].tolist() == pytest.approx([0.75 / (sd + 1e-6), -0.25 / (sd + 1e-6)] + [-0.25 / (sd + 1e-6)] * 2)
+    assert adv[0] > 0 > adv[1]  # the winner is pushed up, the losers down
+    assert adv[4:].tolist() == [0.0] * 4  # all-1 and all-0 groups carry no signal
+    assert n_zero == 2
+    assert adv[:4].sum().item() == pytest.approx(0.0, abs=1e-6)  # advantages of a group sum to zero
+
+
+def test_error_episodes_leave_their_group():
+    r = torch.tensor([1.0, 0.0, 0.0])
+    gid = torch.tensor([0, 0, 0])
+    adv, n_zero = group_advantages(r, gid, keep=torch.tensor([True, True, False]))
+    assert adv[2].item() == 0.0  # the error episode trains on nothing
+    assert adv[0].item() == pytest.approx(1.0, abs=1e-4) and adv[1].item() == pytest.approx(-1.0, abs=1e-4)
+    adv, n_zero = group_advantages(torch.tensor([1.0, 1.0, 0.0]), gid, keep=torch.tensor([True, True, False]))
+    assert adv.tolist() == [0.0, 0.0, 0.0] and n_zero == 1  # without the error episode the group is all-1
+
+
+def test_trie_options_forced_and_branching_positions():
+    # replies: "<a> go x 1 </a> EOS" as tokens 10 20 30 1 11 9 / 10 20 30 2 11 9 / 10 40 11 9
+    allowed = [[10, 20, 30, 1, 11, 9], [10, 20, 30, 2, 11, 9], [10, 40, 11, 9]]
+    assert trie_options([10, 20, 30, 2, 11, 9], allowed) == [[10], [20, 40], [30], [1, 2], [11], [9]]
+    assert trie_options([10, 40, 11, 9], allowed) == [[10], [20, 40], [11], [9]]
+    assert trie_options([10, 99], allowed)[1] == [20, 40] and trie_options([10, 99, 5], allowed)[2] == []
+
+
+def test_constrained_logprobs_are_the_renormalised_policy():
+    torch.manual_seed(0)
+    V = 50
+    logits = torch.randn(1, 3, V)
+    targets = torch.tensor([[7, 3, 9]])
+    opts = pad_options([[[7], [3, 4, 5], [9, 11]]], 3)  # forced, 3-way, 2-way
+    lp = token_logprobs(logits, targets, opts)
+    assert lp[0, 0].item() == pytest.approx(0.0, abs=1e-6)  # a forced token has probability 1
+    p = torch.softmax(logits[0, 1, [3, 4, 5]], -1)[0]
+    assert lp[0, 1].item() == pytest.approx(math.log(p.item()), abs=1e-5)
+    full = token_logprobs(logits, targets)  # unconstrained = plain log-softmax
+    assert torch.allclose(full, torch.log_softmax(logits, -1).gather(-1, targets[..., None])[..., 0])
+    assert (lp >= full - 1e-6).all()  # restricting can only raise a kept token's probability
+    # temperature: the sampled distribution softmax(z / T)
+    lp_t = token_logprobs(logits, targets, opts, temperature=0.5)
+    p = torch.softmax(logits[0, 1, [3, 4, 5]] / 0.5, -1)[0]
+    assert lp_t[0, 1].item() == pytest.approx(math.log(p.item()), abs=1e-5)
+    # an unconstrained row next to a constrained one in the same batch
+    two = token_logprobs(logits.repeat(2, 1, 1), targets.repeat(2, 1), pad_options([[[7], [3, 4, 5], [9, 11]], None], 3))
+    assert torch.allclose(two[0], lp[0]) and torch.allclose(two[1], full[0])
+
+
+def test_forced_tokens_get_no_gradient_and_mass_cannot_leave_the_trie():
+    logits = torch.randn(1, 2, 20, requires_grad=True)
+    opts = pad_options([[[4], [5, 6]]], 2)
+    lp = token_logprobs(logits, torch.tensor([[4, 6]]), opts)
+    (-lp.sum()).backward()
+    assert logits.grad[0, 0].abs().max().item() == 0.0  # forced position: no gradient at all
+    g = logits.grad[0, 1]
+    assert g[[0, 1, 2, 3, 7, 8]].abs().max().item() == 0.0  # tokens outside the trie are never touched
+    assert g[6] < 0 < g[5]  # descending the loss raises the chosen token against its sibling only
+
+
+def test_agg_weights_each_aggregation():
+    # 3 rows: episode A has rows of 2 and 4 tokens, episode B one row of 6 tokens
+    row_tok = torch.tensor([2, 4, 6])
+    ep_tok = torch.tensor([6, 6, 6])
+    n_tok, n_rows, n_eps = 12, 3, 2
+    tm = agg_weights("token-mean", row_tok, ep_tok, n_tok, n_rows, n_eps)
+    assert (tm * row_tok).sum().item() == pytest.approx(1.0)  # a mean over all tokens
+    st = agg_weights("seq-mean-token-sum", row_tok, ep_tok, n_tok, n_rows, n_eps)
+    assert st.tolist() == pytest.approx([1 / 3] * 3)
+    sm = agg_weights("seq-mean-token-mean", row_tok, ep_tok, n_tok, n_rows, n_eps)
+    assert (sm * row_tok).tolist() == pytest.approx([1 / 3] * 3)  # every row weighs the same
+    ep = agg_weights("episode", row_tok, torch.tensor([6, 6, 6]), n_tok, n_rows, n_eps)
+    assert ((ep * row_tok)[:2].sum().item(), (ep * row_tok)[2].item()) == pytest.approx((0.5, 0.5))
+    with pytest.raises(ValueError, match="unknown loss aggregation"):
+        agg_weights("sum", row_tok, ep_tok, n_tok, n_rows, n_eps)
+
+
+def test_length_bias_token_mean_vs_episode():
+    """A group with one winner (3 turns of 4 tokens) and one loser (10 turns of 4 tokens): the advantages sum to
+    zero, but token-mean gives the loser's tokens 10/13 of the weight, so the net push at ratio 1 lowers what the
+    policy did. Per-episode weighting is neutral."""
+    adv_ep = torch.tensor([1.0, -1.0])
+    turns = [3, 10]
+    adv = torch.cat([adv_ep[i].repeat(turns[i]) for i in range(2)])  # [13] one entry per row
+    row_tok = torch.full((13,), 4)
+    ep_tok = torch.cat([torch.full((t,), 4 * t) for t in turns])
+    lp = torch.zeros(13, 4)
+    mask = torch.ones(13, 4)
+    net = {}
+    for agg in ("token-mean", "episode"):
+        w = agg_weights(agg, row_tok, ep_tok, 52, 13, 2)
+        loss, st = policy_loss(lp, lp, adv, mask, w, 0.2)
+        net[agg] = st["pg"]  # = -sum_t w_t A_t at ratio 1
+    assert net["token-mean"] == pytest.approx(7 / 13)  # positive pg term: a net push down
+    assert net["episode"] == pytest.approx(0.0, abs=1e-7)
+
+
+def test_policy_loss_sign_clip_and_kl():
+    lp = torch.zeros(2, 3, requires_grad=True)
+    old = torch.zeros(2, 3)
+    adv = torch.tensor([1.0, -1.0])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    w = torch.tensor([0.1, 0.1])
+    loss, st = policy_loss(lp, old, adv, mask, w, 0.2)
+    loss.backward()
+    assert st["clipped"] == 0 and st["ratio_dev"] == 0.0  # on-policy: ratio exactly 1
+    # descending the loss raises log-probs of the winner's tokens and lowers the loser's; padding gets nothing
+    assert (lp.grad[0, :2] < 0).all() and (lp.grad[1] > 0).all() and lp.grad[0, 2] == 0
+    assert lp.grad[0, 0].item() == pytest.approx(-0.1)
+    # outside the clip range in the direction of the advantage: clipped, no gradient
+    lp2 = torch.full((1, 2), math.log(1.5), requires_grad=True)
+    loss, st = policy_loss(lp2, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2), torch.tensor([1.0]), 0.2)
+    loss.backward()
+    assert st["clipped"] == 2 and lp2.grad.abs().max().item() == 0.0
+    assert st["ratio_dev"] == pytest.approx(0.5)
+    # k3 KL: zero with zero gradient at the reference, positive and pulling back elsewhere
+    lp3 = torch.zeros(1, 2, requires_grad=True)
+    loss, st = policy_loss(lp3, lp3.detach(), torch.tensor([0.0]), torch.ones(1, 2), torch.tensor([1.0]), 0.2,
+                           ref_lp=torch.zeros(1, 2), kl_coef=0.5)
+    loss.backward()
+    assert st["kl"] == 0.0 and lp3.grad.abs().max().item() == 0.0
+    lp4 = torch.full((1, 1), -0.5, requires_grad=True)
+    loss, st = policy_loss(lp4, lp4.detach(), torch.tensor([0.0]), torch.ones(1, 1), torch.tensor([1.0]), 0.2,
+                           ref_lp=torch.zeros(1, 1), kl_coef=1.0)
+    loss.backward()
+    assert st["kl"] > 0 and lp4.grad.item() < 0  # descending raises lp back towards the reference
+
+
+def test_zero_advantage_gives_zero_gradient():
+    lp = torch.randn(3, 4, requires_grad=True)
+    loss, _ = policy_loss(lp, lp.detach(), torch.zeros(3), torch.ones(3, 4), torch.full((3,), 0.1), 0.2)
+    loss.backward()
+    assert lp.grad.abs().max().item() == 0.0
