@@ -41,15 +41,17 @@ def weights(path):
     return {k: v for k, v in sd.items() if k != "lm_head.weight"}
 
 
-@pytest.mark.parametrize("sched", ["g2", "binary"])
-def test_a_couple_of_steps(tmp_path, sched):
+@pytest.mark.parametrize("sched,extra", [("g2", []), ("binary", []), ("g2", ["--engine", "vllm", "--constrained", "0"]),
+                                         ("g2", ["--engine", "hf", "--constrained", "0"])])
+def test_a_couple_of_steps(tmp_path, sched, extra):
     from tiny import tiny_path
     from config import cache_dir
-    train(tmp_path, "--steps", "2", "--scheduler", sched, "--ckpt_every", "0")
+    train(tmp_path, "--steps", "2", "--scheduler", sched, "--ckpt_every", "0", *extra)
     recs = records(tmp_path)
     assert [r["step"] for r in recs] == [0, 1]
     for r in recs:
         assert all(r[k] == r[k] and abs(r[k]) < 1e4 for k in ("pg", "aux", "grad_norm"))  # finite
+        assert r["clipfrac"] == 0.0 and r["ratio_dev"] < 1e-4  # on-policy: the engine sampled what is scored
         assert r["rollouts"] == 4 * 2  # |B| R rollouts trained on, probes or not
         assert r["rollouts_played"] == 4 * 2 + r["probe_rollouts"]
         assert r["sync_err"] is not None and r["sync_err"] < 1e-4  # the engine now scores like the new policy
