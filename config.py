@@ -185,25 +185,47 @@ def parser(description=""):
     return p
 
 
-def get_config(argv=None, description=""):
-    """Parse preset + overrides into a validated Config. Errors exit(2) with one line."""
+def get_config(argv=None, description="", extra=None, base=None):
+    """Parse preset + overrides into a validated Config. Errors exit(2) with one line.
+    extra(parser) may add a script's own arguments: then (cfg, namespace of those) is returned.
+    base: values that replace the preset's (e.g. a checkpoint's training config); flags still win."""
     p = parser(description)
+    if extra:
+        extra(p)
     args = p.parse_args(argv)
+    known = defaults()
     try:
-        vals = defaults()
+        vals = dict(known)
         vals.update(load_preset(args.preset))
-        vals.update({k: v for k, v in vars(args).items() if k != "preset" and v is not None})
+        vals.update({k: v for k, v in (base or {}).items() if k in known})
+        vals.update({k: v for k, v in vars(args).items() if k in known and v is not None})
         cfg = validate(Config(**vals))
     except (ValueError, TypeError) as e:
         p.exit(2, f"error: {e}\n")
     cfg.preset = args.preset  # recorded in the dump, not a flag of its own
+    if extra:
+        return cfg, argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in known and k != "preset"})
     return cfg
+
+
+def git_commit():
+    """The checkout's commit (+ '-dirty' with uncommitted changes), or '' outside git."""
+    import subprocess
+    try:
+        c = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True,
+                           timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=HERE,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return c + ("-dirty" if c and dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
 
 def dump(cfg, path):
     d = dataclasses.asdict(cfg)
     d["preset"] = getattr(cfg, "preset", "")
     d["argv"] = sys.argv
+    d["git_commit"] = git_commit()
     with open(path, "w") as f:
         json.dump(d, f, indent=2, sort_keys=True)
 

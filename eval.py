@@ -1,18 +1,23 @@
-"""Hint-free evaluation of a policy on ALFWorld games (greedy, no expert prefix), per task type.
+"""Evaluation: the hint-free panel, the paper's diagnostic protocol (SPEC §6), the dynamics figure, and tables.
 
-    python eval.py --model runs/cpu/ckpt_000040 --eval_split valid_unseen [--eval_games 48]
-    python eval.py --preset paper --model runs/paper/ckpt_000200
-    python eval.py --plot runs/cpu runs/cpu_grpo --out docs/cpu_demo.png   # curves + a markdown table from log.jsonl
+    python eval.py panel --model CKPT [--split valid_unseen] [--games builtin|official] [--seeds 0 1 2] [--temperature 0]
+    python eval.py diagnose --model CKPT [--tasks 8] [--rollouts 32] [--grid 0.1] [--checkpoints RUN_DIR]
+    python eval.py dynamics RUN_DIR... [--out docs/dynamics.png]
+    python eval.py table RUN_DIR...
 
-`evaluate()` is what train.py calls every eval_every steps. NOT BUILT YET: the paper's diagnostic protocol
-(SPEC §6: success p_i(d) on a 0.1 depth grid, 32 rollouts each, Gaussian fit of p(1-p) over d - d*_i) and the
-mismatch-vs-budget panel; `--diagnostic` says so and exits non-zero.
+A checkpoint is evaluated under the config it was trained with (its config.json.run); flags override it, and
+--preset/any train.py flag works here too. `evaluate()` is also what train.py calls in the loop, so in-loop and
+offline numbers agree for the same checkpoint, seed and decoding.
 """
+import argparse
 import collections
 import dataclasses
 import json
+import math
 import os
 import sys
+
+import numpy as np
 
 from rollout import rollout
 
@@ -50,78 +55,431 @@ def write_transcripts(path, out, tok, k=3, header=""):
         f.write("\n".join(lines) + "\n")
 
 
-def curves(run):
-    """{"val": [(step, success)], "train_panel": [...], "train_batch": [(step, batch success)]} from log.jsonl."""
-    out = collections.defaultdict(list)
+def read_log(run):
+    """log.jsonl of a run -> (step records, eval records), each a list of dicts in step order."""
+    steps, evals = [], []
     for line in open(os.path.join(run, "log.jsonl")):
         r = json.loads(line)
-        for k, v in r.get("eval", {}).items():
-            out[k].append((r["step"], v))
-        if r.get("success") is not None:
-            out["train_batch"].append((r["step"], r["success"]))
-    return out
+        (evals if "eval" in r else steps).append(r)
+    return steps, evals
 
 
-def plot(runs, path):
-    """Hint-free success curves of several runs (one panel per eval set), and a markdown table to stdout."""
+EVAL_SETS = [("train_panel", "training panel"), ("val", "validation")]
+
+
+def eval_table(runs):
+    """Markdown: hint-free success (%) of each run at each evaluation, greedy and sampled, panel and validation."""
+    out = ["| run | step | panel greedy | panel sampled | val greedy | val sampled |", "|---|---|---|---|---|---|"]
+    for run in runs:
+        for e in read_log(run)[1]:
+            v = e["eval"]
+            cell = lambda k: f"{100 * v[k]:.1f}" if k in v else ""  # noqa: E731
+            out.append(f"| {os.path.basename(os.path.normpath(run))} | {e['step']} | {cell('train_panel')} | "
+                       f"{cell('train_panel_sampled')} | {cell('val')} | {cell('val_sampled')} |")
+    return "\n".join(out)
+
+
+def dynamics(runs, path):
+    """The training-dynamics figure from log.jsonl: hint-free success (panel, validation; greedy solid, sampled
+    dashed), batch success at the scheduled depths, depth (mean ratio, mu_global), group shares, and sigma per
+    cluster, all against step. One colour per run. Prints the eval table."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    data = {r: curves(r) for r in runs}
-    sets = ["train_panel", "val", "train_batch"]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    titles = {"train_panel": "training panel (hint-free)", "val": "validation (hint-free)",
-              "train_batch": "training batch (at the scheduled depth)"}
-    for ax, k in zip(axes, sets):
-        for r, c in data.items():
-            if c.get(k):
-                x, y = zip(*c[k])
-                ax.plot(x, [100 * v for v in y], marker="o" if k != "train_batch" else None, label=r)
-        ax.set_title(titles[k])
-        ax.set_xlabel("step")
-        ax.set_ylabel("success %")
-        ax.grid(alpha=0.3)
-    axes[0].legend()
+    fig, ax = plt.subplots(2, 3, figsize=(15, 7.5))
+    ax = ax.ravel()
+    for j, run in enumerate(runs):
+        name, c = os.path.basename(os.path.normpath(run)), f"C{j}"
+        steps, evals = read_log(run)
+        for a, (k, title) in zip(ax[:2], EVAL_SETS):
+            for suffix, ls in (("", "-"), ("_sampled", "--")):
+                pts = [(e["step"], 100 * e["eval"][k + suffix]) for e in evals if k + suffix in e["eval"]]
+                if pts:
+                    a.plot(*zip(*pts), ls, color=c, marker="o", ms=4, label=f"{name}{' sampled' if suffix else ''}")
+            a.set_title(f"{title}, hint-free (solid greedy, dashed sampled)")
+        x = [r["step"] for r in steps]
+        ax[2].plot(x, [100 * (r["success"] or 0) for r in steps], color=c, label=name)
+        ax[3].plot(x, [r["mean_r"] for r in steps], color=c, label=f"{name} mean r")
+        ax[3].plot(x, [r["mu_global"] for r in steps], ":", color=c, label=f"{name} mu_global")
+        for key, ls in (("in_band", "-"), ("all0", "--"), ("all1", ":")):
+            ax[4].plot(x, [r[key] or 0 for r in steps], ls, color=c, label=f"{name} {key}")
+        for k in range(len(steps[0]["sigma_k"]) if steps else 0):
+            ax[5].plot(x, [r["sigma_k"][k] for r in steps], ["-", "--", ":", "-."][k % 4], color=c,
+                       label=f"{name} k{k}")
+    titles = [None, None, "batch success at the scheduled depth (%)", "depth ratio: mean r (solid), mu_global",
+              "groups: in band [0.4, 0.6] (solid), all-0 (dashed), all-1 (dotted)", "sigma per cluster"]
+    for a, t in zip(ax, titles):
+        if t:
+            a.set_title(t)
+        a.set_xlabel("step")
+        a.grid(alpha=0.3)
+    ax[0].set_ylabel("success %")
+    ax[0].legend(fontsize=7)
+    ax[2].legend(fontsize=7)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110)
-    steps = sorted({s for c in data.values() for s, _ in c.get("val", [])})
-    print("| run | set | " + " | ".join(f"step {s}" for s in steps) + " |")
-    print("|---|---|" + "---|" * len(steps))
-    for r, c in data.items():
-        for k in ("train_panel", "val"):
-            d = dict(c.get(k, []))
-            print(f"| {r} | {k} | " + " | ".join(f"{100 * d[s]:.1f}" if s in d else "" for s in steps) + " |")
+    fig.savefig(path, dpi=100)
+    print(eval_table(runs))
     print(f"(plot: {path})")
+
+
+# ---------------------------------------------------------------------------------------------
+# panel: every game of a split, once per seed, hint-free
+# ---------------------------------------------------------------------------------------------
+def wilson(k, n, z=1.96):
+    """95 % Wilson score interval of k successes in n trials -> (lo, hi)."""
+    if n == 0:
+        return (float("nan"), float("nan"))
+    p = k / n
+    c = (p + z * z / (2 * n)) / (1 + z * z / n)
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, c - h), min(1.0, c + h))
+
+
+def panel(engine, pool, tok, tasks, cfg, seeds, temperature, path):
+    """Play every task once per seed; per seed: overall and per-type success with Wilson intervals; across seeds:
+    mean and std. Results are written to `path` after each seed, and a rerun skips the seeds already there."""
+    res = json.load(open(path)) if os.path.exists(path) else {}
+    key = {"tasks": [t["id"] for t in tasks], "temperature": temperature, "model": cfg.model}
+    if res.get("key") != key:
+        res = {"key": key, "seeds": {}}
+    for s in seeds:
+        if str(s) in res["seeds"]:
+            print(f"[panel] seed {s}: done already ({path})")
+            continue
+        r = evaluate(engine, pool, tok, tasks, cfg, seed=s, temperature=temperature)
+        by = collections.defaultdict(list)
+        for e, t in zip(r["out"]["episodes"], tasks):
+            by[t["task_type"]].append(int(e["won"]))
+        res["seeds"][str(s)] = {"won": r["won"], "n": r["n"], "success": r["success"], "ci95": wilson(r["won"], r["n"]),
+                                "per_type": {k: {"won": sum(v), "n": len(v), "success": sum(v) / len(v),
+                                                 "ci95": wilson(sum(v), len(v))} for k, v in sorted(by.items())},
+                                "invalid": r["invalid"]}
+        json.dump(res, open(path + ".tmp", "w"), indent=1)
+        os.replace(path + ".tmp", path)
+    per = [res["seeds"][str(s)] for s in seeds]
+    res["mean"] = float(np.mean([p["success"] for p in per]))
+    res["std"] = float(np.std([p["success"] for p in per]))
+    res["per_type_mean"] = {k: float(np.mean([p["per_type"][k]["success"] for p in per if k in p["per_type"]]))
+                            for k in sorted({k for p in per for k in p["per_type"]})}
+    json.dump(res, open(path, "w"), indent=1)
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# diagnose: the SPEC §6 protocol
+# ---------------------------------------------------------------------------------------------
+def measure_curves(engine, pool, tok, tasks, cfg, grid, R, seed=0, chunk=64):
+    """p_i(d) for every task and every depth ratio d of the grid, from R rollouts each (n = prefix_len(d, L); grid
+    points that give the same n share one group). -> {task id: {"L", "type", "d": [...], "n": [...], "p": [...]}}"""
+    from tqdm import tqdm
+    from scheduler import prefix_len
+    pairs = sorted({(i, prefix_len(d, t["L"])) for i, t in enumerate(tasks) for d in grid})
+    print(f"[diagnose] {len(tasks)} tasks x {len(grid)} depths -> {len(pairs)} groups x R={R} = "
+          f"{len(pairs) * R} rollouts (temperature {cfg.temperature})")
+    succ = {}
+    per = max(1, chunk // R)
+    for j in tqdm(range(0, len(pairs), per), desc="diagnose", unit="batch"):
+        part = pairs[j:j + per]
+        out = rollout(engine, pool, tok, [{"task": tasks[i], "n": n, "R": R} for i, n in part], cfg, seed + j)
+        for g, pr in enumerate(part):
+            eps = [e for e in out["episodes"] if e["gid"] == g and not e["error"]]
+            succ[pr] = sum(e["won"] for e in eps) / max(len(eps), 1)
+    return {t["id"]: {"L": t["L"], "type": t["task_type"], "d": list(grid),
+                      "n": [prefix_len(d, t["L"]) for d in grid],
+                      "p": [succ[(i, prefix_len(d, t["L"]))] for d in grid]} for i, t in enumerate(tasks)}
+
+
+def d_star(c):
+    """The depth of the grid whose success is closest to 0.5 (ties: the shallower)."""
+    return min(zip(c["d"], c["p"]), key=lambda x: (abs(x[1] - 0.5), x[0]))[0]
+
+
+def aligned_profile(curves, width=0.1):
+    """Align every (task, depth) pair on dd = d - d*_i, bin dd by `width`, average p(1-p) per bin.
+    -> (bin centres [m], mean p(1-p) [m], pairs per bin [m])"""
+    bins = collections.defaultdict(list)
+    for c in curves.values():
+        ds = d_star(c)
+        for d, p in zip(c["d"], c["p"]):
+            bins[round((d - ds) / width)].append(p * (1 - p))
+    ks = sorted(bins)
+    return (np.array([k * width for k in ks]), np.array([np.mean(bins[k]) for k in ks]),
+            np.array([len(bins[k]) for k in ks]))
+
+
+def fit_gaussian(x, y):
+    """Least squares a * exp(-x^2 / (2 sigma^2)): for each sigma the best a is closed-form; sigma by a fine grid
+    search then a local refinement. -> (a, sigma, R^2)"""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+
+    def best(s):
+        g = np.exp(-x ** 2 / (2 * s * s))
+        a = float(g @ y / max(g @ g, 1e-30))
+        return float(((y - a * g) ** 2).sum()), a
+    grid = np.linspace(0.005, 2.0, 4000)
+    s0 = grid[int(np.argmin([best(s)[0] for s in grid]))]
+    fine = np.linspace(max(s0 - 0.001, 1e-4), s0 + 0.001, 201)
+    s = fine[int(np.argmin([best(v)[0] for v in fine]))]
+    sse, a = best(s)
+    sst = float(((y - y.mean()) ** 2).sum())
+    return a, float(s), 1 - sse / sst if sst > 0 else float("nan")
+
+
+def band_of(p, lo=0.4, hi=0.6):
+    return "under" if p < lo else "over" if p > hi else "in"
+
+
+def replay(curves, cfg, train_tasks, rules, step=0, sched_state=None, draws=50, seed=0):
+    """Each scheduler's rule picks a depth for every measured task, as in training (the real Scheduler code), and
+    probe methods probe the measured curves (R Bernoulli draws at the measured p). A task group lands under, in or
+    over the band by the measured p at the chosen depth (nearest measured depth). rules: [(label, overrides)];
+    the label "Agent-G2 (checkpoint state)" loads sched_state. -> {label: {"under", "in", "over", "rollouts_per_R"}}"""
+    from scheduler import Scheduler
+    ids = list(curves)
+    tasks = [{"id": t, "L": curves[t]["L"]} for t in ids]
+    rng = np.random.default_rng(seed)
+    R = cfg.group_size
+
+    def p_at(i, n):  # measured success at the nearest measured prefix length
+        c = curves[ids[i]]
+        j = int(np.argmin([abs(m - n) for m in c["n"]]))
+        return c["p"][j]
+    out = {}
+    for label, ov in rules:
+        c = dataclasses.replace(cfg, **{"scheduler": "g2", **ov})  # {} = Agent-G2 with the run's settings
+        counts, rollouts = collections.Counter(), 0
+        for k in range(draws):
+            s = Scheduler(c, [t["id"] for t in train_tasks], [t["L"] for t in train_tasks], seed=seed + k)
+            if sched_state is not None and label.endswith("(checkpoint state)"):
+                s.load_state_dict(sched_state)
+                s.rng = np.random.default_rng(seed + k)
+            plan = s.depths(tasks, step, lambda pairs: [int(rng.binomial(R, p_at(i, n))) for i, n in pairs])
+            counts.update(band_of(p_at(i, n)) for i, n in enumerate(plan["n"]))
+            rollouts += len(tasks) * R + plan["probe_rollouts"]
+        tot = sum(counts.values())
+        out[label] = {"under": counts["under"] / tot, "in": counts["in"] / tot, "over": counts["over"] / tot,
+                      "rollouts_per_R": rollouts / (draws * len(tasks) * R)}
+    return out
+
+
+def diagnose_plots(curves, prof, fit, rep, budget, outdir):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    x, y, _ = prof
+    a, sigma, r2 = fit
+    fig, ax = plt.subplots(figsize=(6, 4))  # Figure 3a: example curves with the band
+    for tid in list(curves)[:6]:
+        c = curves[tid]
+        ax.plot(c["d"], c["p"], marker="o", ms=3, label=f"{c['type'][:18]} L={c['L']}")
+    ax.axhspan(0.4, 0.6, color="green", alpha=0.15, label="band [0.4, 0.6]")
+    ax.set(xlabel="depth ratio d", ylabel="success p_i(d)", title="success against guidance depth (examples)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(outdir, "fig3a_curves.png"), dpi=100)
+    fig, ax = plt.subplots(figsize=(6, 4))  # Figure 3b: aligned profile + fit
+    ax.bar(x, y, width=0.08, alpha=0.6, label="mean p(1-p) per bin")
+    xs = np.linspace(x.min(), x.max(), 200)
+    ax.plot(xs, a * np.exp(-xs ** 2 / (2 * sigma ** 2)), "r-", label=f"fit sigma={sigma:.3f}, R2={r2:.2f}")
+    ax.set(xlabel="d - d*_i", ylabel="p(1-p)", title="aligned information profile")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(outdir, "fig3b_profile.png"), dpi=100)
+    fig, ax = plt.subplots(figsize=(8, 4))  # Figure 2a: under / in / over per scheduler
+    labels = list(rep)
+    bottom = np.zeros(len(labels))
+    for part, col in (("under", "tab:blue"), ("in", "tab:green"), ("over", "tab:red")):
+        v = np.array([100 * rep[k][part] for k in labels])
+        ax.bar(range(len(labels)), v, bottom=bottom, color=col, label=part)
+        bottom += v
+    ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=7)
+    ax.set(ylabel="% of task groups", title="where each scheduler puts the groups (measured curves)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(outdir, "fig2a_mismatch.png"), dpi=100)
+    fig, ax = plt.subplots(figsize=(6, 4))  # Figure 2b: mismatch against rollout budget
+    for k, v in budget.items():
+        ax.scatter(v["rollouts_per_R"], 100 * (1 - v["in"]))
+        ax.annotate(k, (v["rollouts_per_R"], 100 * (1 - v["in"])), fontsize=7)
+    ax.set(xscale="log", xlabel="rollouts per task / R (1 = GRPO)", ylabel="mismatch % (outside the band)",
+           title="mismatch against rollout budget (measured curves)")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(outdir, "fig2b_budget.png"), dpi=100)
+    plt.close("all")
+
+
+def diagnose(engine, pool, tok, tasks, train_tasks, cfg, args, ckpt):
+    """SPEC §6 on one checkpoint: curves, d*, aligned profile + Gaussian fit, scheduler replay; JSON + PNGs."""
+    from bench import BUDGET, SCHEDULERS
+    grid = [round(x, 4) for x in np.arange(0, 1 + 1e-9, args.grid)]
+    c = dataclasses.replace(cfg, group_size=args.rollouts)
+    curves = measure_curves(engine, pool, tok, tasks, c, grid, args.rollouts, seed=args.seed)
+    prof = aligned_profile(curves, args.grid)
+    fit = fit_gaussian(prof[0], prof[1])
+    st_path = os.path.join(ckpt, "state.json")
+    st = json.load(open(st_path)) if os.path.exists(st_path) else {}
+    step = st.get("step", 0)
+    rules = list(SCHEDULERS) + ([("Agent-G2 (checkpoint state)", {})] if st and cfg.scheduler == "g2" else [])
+    rep = replay(curves, cfg, train_tasks, rules, step, st.get("sched"), args.draws, args.seed)
+    budget = replay(curves, cfg, train_tasks, BUDGET, step, None, args.draws, args.seed)
+    os.makedirs(args.out, exist_ok=True)
+    res = {"checkpoint": ckpt, "step": step, "grid": grid, "rollouts": args.rollouts, "curves": curves,
+           "d_star": {t: d_star(cv) for t, cv in curves.items()},
+           "profile": {"dd": prof[0].tolist(), "pq": prof[1].tolist(), "pairs": prof[2].tolist()},
+           "fit": {"a": fit[0], "sigma": fit[1], "r2": fit[2]}, "replay": rep, "budget": budget}
+    json.dump(res, open(os.path.join(args.out, "diagnose.json"), "w"), indent=1)
+    diagnose_plots(curves, prof, fit, rep, budget, args.out)
+    print(f"[diagnose] {ckpt} (step {step}): sigma {fit[1]:.3f}  R2 {fit[2]:.3f}  mean d* "
+          f"{np.mean(list(res['d_star'].values())):.3f}   (paper: sigma 0.22, R2 0.92)")
+    print(f"{'scheduler':30s} {'under %':>8s} {'in %':>8s} {'over %':>8s} {'rollouts/R':>11s}")
+    for k, v in {**rep, **{"budget: " + k: v for k, v in budget.items()}}.items():
+        print(f"{k:30s} {100 * v['under']:8.1f} {100 * v['in']:8.1f} {100 * v['over']:8.1f} {v['rollouts_per_R']:11.2f}")
+    print(f"(JSON and fig2a/fig2b/fig3a/fig3b PNGs in {args.out})")
+    return res
+
+
+def dstar_over_steps(results, path):
+    """The learning picture: the distribution of d* at each checkpoint of a run."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 4))
+    steps = [r["step"] for r in results]
+    ax.boxplot([list(r["d_star"].values()) for r in results], positions=steps,
+               widths=max(1, (max(steps) - min(steps)) / 10 if len(steps) > 1 else 1))
+    ax.set(xlabel="training step", ylabel="d*_i (depth where p is closest to 0.5)", title="d* across training")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+# ---------------------------------------------------------------------------------------------
+# table: finished runs -> Markdown, mean ± std over seeds
+# ---------------------------------------------------------------------------------------------
+def run_summary(run):
+    """A run directory -> its config, final hint-free evals, mean seconds and rollouts per step."""
+    cfg = json.load(open(os.path.join(run, "config.json")))
+    steps, evals = read_log(run)
+    final = evals[-1]["eval"] if evals else {}
+    return {"run": run, "cfg": cfg, "final": final, "step": evals[-1]["step"] if evals else 0,
+            "s_per_step": float(np.mean([r["t_step"] for r in steps])) if steps else float("nan"),
+            "rollouts_per_step": float(np.mean([r["rollouts_played"] for r in steps])) if steps else float("nan")}
+
+
+IGNORE = {"seed", "out_dir", "argv", "git_commit", "resume", "wandb", "cache_dir"}
+
+
+def table(runs):
+    """Rows = methods (the config keys that differ between the runs), columns = final hint-free success and cost,
+    mean ± std over seeds. Refuses to mix presets, game sets or environments silently: it prints a warning line
+    and splits them into separate tables."""
+    sums = [run_summary(r) for r in runs]
+    groups = collections.defaultdict(list)
+    for s in sums:
+        groups[(s["cfg"].get("preset"), s["cfg"].get("games"), s["cfg"].get("env", "alfworld"),
+                s["cfg"].get("task_types"))].append(s)
+    if len(groups) > 1:
+        print(f"note: these runs come from {len(groups)} different (preset, games, env, task types) settings; "
+              "one table each, never mixed")
+    out = []
+    for (preset, games, env, types), ss in groups.items():
+        keys = sorted(k for k in set().union(*[s["cfg"] for s in ss]) - IGNORE
+                      if len({json.dumps(s["cfg"].get(k), sort_keys=True) for s in ss}) > 1)
+        rows = collections.defaultdict(list)
+        for s in ss:
+            rows[", ".join(f"{k}={s['cfg'].get(k)}" for k in keys) or "(one config)"].append(s)
+        sets = sorted({k for s in ss for k in s["final"]})
+        out.append(f"\n**{env} / preset {preset} / games {games}{' / ' + types if types else ''}**\n")
+        out.append("| method | seeds | " + " | ".join(f"{k} %" for k in sets) + " | s/step | rollouts/step | commits |")
+        out.append("|---|---|" + "---|" * len(sets) + "---|---|---|")
+        for label, rs in sorted(rows.items()):
+            def ms(v):
+                v = [x for x in v if x == x]
+                return f"{np.mean(v):.1f} ± {np.std(v):.1f}" if v else ""
+            cells = [ms([100 * r["final"][k] for r in rs if k in r["final"]]) for k in sets]
+            commits = ",".join(sorted({r["cfg"].get("git_commit", "?") for r in rs}))
+            out.append(f"| {label} | {len(rs)} | " + " | ".join(cells) +
+                       f" | {ms([r['s_per_step'] for r in rs])} | {ms([r['rollouts_per_step'] for r in rs])} | "
+                       f"{commits} |")
+    return "\n".join(out)
 
 
 def main():
     from config import get_config
-    if "--plot" in sys.argv:
-        args = sys.argv[sys.argv.index("--plot") + 1:]
-        out = args[args.index("--out") + 1] if "--out" in args else "docs/curves.png"
-        return plot([a for a in args if not a.startswith("--") and a != out], out)
-    if "--diagnostic" in sys.argv:
-        sys.exit("eval.py --diagnostic: the SPEC §6 diagnostic protocol is not built yet")
-    cfg = get_config(description=__doc__)
-    from envs import EnvPool, load_tasks
-    tasks = load_tasks(cfg.eval_split, cfg.games, task_types=cfg.task_types.split(",") if cfg.task_types else None)
-    tasks = tasks[:cfg.eval_games] if cfg.eval_games else tasks
-    pool = EnvPool(cfg.num_workers)
+    cmd = sys.argv[1] if len(sys.argv) > 1 else ""
+    if cmd in ("dynamics", "table"):
+        args = sys.argv[2:]
+        if cmd == "table":
+            return print(table([a for a in args if not a.startswith("--")]))
+        out = args[args.index("--out") + 1] if "--out" in args else "docs/dynamics.png"
+        return dynamics([a for a in args if not a.startswith("--") and a != out], out)
+    if cmd not in ("panel", "diagnose"):
+        sys.exit(__doc__ + "\nerror: expected a subcommand: panel | diagnose | dynamics | table")
+
+    def extra(p):
+        p.add_argument("--split", default="valid_unseen", help="panel: split to play")
+        p.add_argument("--seeds", type=int, nargs="+", default=[0], help="panel: one pass over the split per seed")
+        p.add_argument("--tasks", type=int, default=8, help="diagnose: training tasks in the fixed sample")
+        p.add_argument("--rollouts", type=int, default=32, help="diagnose: rollouts per (task, depth)")
+        p.add_argument("--grid", type=float, default=0.1, help="diagnose: depth-ratio grid step")
+        p.add_argument("--draws", type=int, default=50, help="diagnose: repetitions of each scheduler's replay")
+        p.add_argument("--checkpoints", default="", help="diagnose: every checkpoint of this run directory")
+        p.add_argument("--out", default="", help="output: JSON path (panel) or directory (diagnose)")
+    argv = sys.argv[2:]
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--model", default="")
+    pre.add_argument("--checkpoints", default="")
+    known, _ = pre.parse_known_args(argv)
+    ckpts = sorted(os.path.join(known.checkpoints, d) for d in os.listdir(known.checkpoints)
+                   if d.startswith("ckpt_") and os.path.exists(os.path.join(known.checkpoints, d, "COMPLETE"))) \
+        if known.checkpoints else []
+    first = ckpts[0] if ckpts else known.model
+    run_cfg = os.path.join(first, "config.json.run") if first else ""
+    base = json.load(open(run_cfg)) if run_cfg and os.path.exists(run_cfg) else None
+    if ckpts:
+        base = dict(base or {}, model=ckpts[0])
+    cfg, args = get_config(argv, __doc__, extra, base)
     import torch
     from transformers import AutoTokenizer
-    from rollout import make_engine
+    from envs import EnvPool, load_tasks
+    from rollout import make_engine, seed_all
     from tiny import resolve_model
+    seed_all(cfg.seed)
+    types = cfg.task_types.split(",") if cfg.task_types else None
+    pool = EnvPool(cfg.num_workers)
     path = resolve_model(cfg)
     device = "cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu"
     tok = AutoTokenizer.from_pretrained(path)
     engine = make_engine(cfg, path, tok, device, cfg.seed)
-    r = evaluate(engine, pool, tok, tasks, cfg, cfg.seed)
+    if cmd == "panel":
+        tasks = load_tasks(args.split, cfg.games, cfg.cache_dir or None, types)
+        dec = "greedy" if cfg.temperature == 0 else f"t{cfg.temperature:g}"
+        out = args.out or os.path.join(path if os.path.isdir(path) else ".", f"panel_{args.split}_{dec}.json")
+        r = panel(engine, pool, tok, tasks, cfg, args.seeds, cfg.temperature, out)
+        pool.close()
+        print(f"{path} | {args.split} ({len(tasks)} games, {cfg.games}) | {dec} | seeds {args.seeds} | success "
+              f"{100 * r['mean']:.1f} ± {100 * r['std']:.1f} %")
+        for k, v in r["per_type_mean"].items():
+            print(f"  {k:32s} {100 * v:5.1f}%")
+        print(f"({out})")
+        return
+    train_tasks = load_tasks(cfg.train_split, cfg.games, cfg.cache_dir or None, types)
+    train_tasks = train_tasks[:cfg.train_games] if cfg.train_games else train_tasks
+    sample = [train_tasks[i] for i in sorted(np.random.default_rng(4321).permutation(len(train_tasks))[:args.tasks])]
+    results = []
+    outdir = args.out or os.path.join(known.checkpoints or (path if os.path.isdir(path) else "."), "diagnose")
+    for ck in ckpts or [path]:
+        if ckpts:
+            from transformers import AutoModelForCausalLM
+            engine.load_weights(AutoModelForCausalLM.from_pretrained(ck, dtype=torch.float32 if device == "cpu"
+                                                                     else torch.bfloat16).state_dict().items())
+        args.out = os.path.join(outdir, os.path.basename(ck)) if ckpts else outdir
+        results.append(diagnose(engine, pool, tok, sample, train_tasks, cfg, args, ck))
     pool.close()
-    print(f"{cfg.eval_split}: success {100 * r['success']:.1f}% ({r['won']}/{r['n']}), invalid steps "
-          f"{100 * r['invalid']:.1f}%")
-    for k, v in r["per_type"].items():
-        print(f"  {k:32s} {100 * v:5.1f}%")
+    if ckpts:
+        dstar_over_steps(results, os.path.join(outdir, "dstar_vs_step.png"))
+        print(f"(d* against step: {os.path.join(outdir, 'dstar_vs_step.png')})")
 
 
 if __name__ == "__main__":

@@ -2,28 +2,31 @@
 # $ python train.py            # same as: python train.py --preset cpu        (~25 min on 2 cores)
 # $ python train.py --scheduler none --out_dir runs/cpu_grpo               # plain GRPO, same budget
 # Demo levers, all off in the paper presets (README "The CPU demo"): constrained decoding to the admissible
-# commands, a compact prompt with every past action, a small SFT base checkpoint, small |B|, R and step budget.
-# The base checkpoint was made by this repo's SFT mode (README: exact command and seed).
+# commands, a compact prompt with every past action, a small SFT base checkpoint, the two short task types,
+# small |B|, R and step budget. The base checkpoint was made by this repo's SFT mode (README: exact commands).
 out_dir = "runs/cpu"
 model = "checkpoints/sft_base"
 engine = "auto"
 games = "builtin"
+task_types = "pick_and_place_simple,look_at_obj_in_light"   # 80 training games: each is seen ~4 times
 prompt = "compact"
 constrained = True
-max_steps = 20
+max_steps = 15
 max_prompt_tokens = 768
 max_new_tokens = 32
 num_workers = 2
 scheduler = "g2"
-steps = 30
+steps = 40
 batch_tasks = 8
 group_size = 8
 lr = 5e-4
-warmup_frac = 0.1
-kl_coef = 0.0
+beta2 = 0.99
+warmup_frac = 0.05
+kl_coef = 0.0                  # the trie-restricted policy cannot drift onto tokens the constraint never allows
+loss_agg = "episode"           # token-mean weighs long (losing) episodes more: a net push down (README)
 eta = 0.5
 micro_batch = 32
-eval_every = 15
-eval_games = 24
-train_panel = 24
-ckpt_every = 15
+eval_every = 20
+eval_games = 0                 # all valid_unseen games of the demo's task types (16)
+train_panel = 48               # 48 fixed training games, greedy and sampled
+ckpt_every = 20

@@ -1,0 +1,148 @@
+"""eval.py: the Gaussian fit of the aligned profile, band classification and scheduler replay on hand-made curves,
+the panel with a scripted expert and a scripted random policy, and `eval.py diagnose` end to end (tiny model)."""
+import dataclasses
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from config import Config
+from eval import aligned_profile, band_of, d_star, fit_gaussian, panel, replay, wilson
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def gaussian_curves(sigma, n_tasks=12, a=0.25, seed=0):
+    """Curves whose aligned p(1-p) is exactly a * exp(-dd^2 / (2 sigma^2)), increasing in d, with d*_i on the grid."""
+    rng = np.random.default_rng(seed)
+    grid = [round(x, 4) for x in np.arange(0, 1.0001, 0.1)]
+    curves = {}
+    for i in range(n_tasks):
+        ds = grid[rng.integers(2, 9)]
+        p = []
+        for d in grid:
+            g = a * math.exp(-(d - ds) ** 2 / (2 * sigma ** 2))  # = p (1 - p)
+            root = math.sqrt(max(0.0, 0.25 - g))
+            p.append(0.5 + (root if d > ds else -root))
+        curves[f"t{i}"] = {"L": 10, "type": "x", "d": grid, "n": [min(math.ceil(d * 10 - 1e-9), 9) for d in grid],
+                           "p": p}
+    return curves
+
+
+@pytest.mark.parametrize("sigma", [0.15, 0.22, 0.3])
+def test_fit_recovers_sigma_from_aligned_profiles(sigma):
+    curves = gaussian_curves(sigma)
+    for c in curves.values():
+        assert abs(c["p"][c["d"].index(d_star(c))] - 0.5) < 1e-9  # d* is where p = 0.5
+    x, y, cnt = aligned_profile(curves)
+    assert y[list(np.round(x, 6)).index(0.0)] == pytest.approx(0.25)
+    a, s, r2 = fit_gaussian(x, y)
+    assert abs(s - sigma) < 0.02 and r2 > 0.9 and a == pytest.approx(0.25, abs=0.01)
+
+
+def test_fit_reports_a_poor_fit_honestly():
+    x = np.linspace(-1, 1, 21)
+    a, s, r2 = fit_gaussian(x, np.where(np.abs(x) < 0.5, 0.2, 0.0) + 0.05 * np.sign(x))  # a step, not a bump
+    assert r2 < 0.9
+
+
+def test_band_and_wilson():
+    assert [band_of(p) for p in (0.0, 0.39, 0.4, 0.5, 0.6, 0.61, 1.0)] == \
+        ["under", "under", "in", "in", "in", "over", "over"]
+    lo, hi = wilson(0, 48)
+    assert lo == 0.0 and 0.05 < hi < 0.1
+    lo, hi = wilson(24, 48)
+    assert lo < 0.5 < hi and hi - 0.5 == pytest.approx(0.5 - lo)
+
+
+def test_replay_on_hand_made_curves():
+    # one task, L = 5: p = 0 until n = 2, in band at n = 2, 1 from n = 3 on
+    curves = {"a": {"L": 5, "type": "x", "d": [0.0, 0.2, 0.4, 0.6, 0.8], "n": [0, 1, 2, 3, 4],
+                    "p": [0.0, 0.0, 0.5, 1.0, 1.0]}}
+    cfg = dataclasses.replace(Config(), group_size=8, steps=200, max_steps=50)
+    train = [{"id": "a", "L": 5}]
+    rules = [("none", dict(scheduler="none")), ("fixed 0.5", dict(scheduler="fixed", fixed_ratio=0.5)),
+             ("fixed 0.4", dict(scheduler="fixed", fixed_ratio=0.4)), ("linear", dict(scheduler="linear")),
+             ("binary", dict(scheduler="binary", max_probes=2)), ("enum", dict(scheduler="enum")),
+             ("g2 sigma 0", dict(scheduler="g2", sampling="none", mu0=0.4, lam=0.0))]
+    rep = replay(curves, cfg, train, rules, step=0, draws=20, seed=0)
+    assert rep["none"]["under"] == 1.0 and rep["none"]["rollouts_per_R"] == 1.0
+    assert rep["fixed 0.5"]["over"] == 1.0  # ceil(0.5 * 5) = 3 expert actions: p = 1
+    assert rep["fixed 0.4"]["in"] == 1.0  # 2 expert actions
+    assert rep["linear"]["over"] == 1.0  # step 0: r = 1 -> n = L - 1
+    assert rep["g2 sigma 0"]["in"] == 1.0  # mu = 0.4, no spread
+    # binary search (M = 2) probes n = 2 first (a Bin(8, 0.5) draw) and pays for a second probe when it misses 4/8;
+    # it ends at n = 2 unless an extreme draw ties with the second probe (then the shallower depth wins)
+    assert rep["binary"]["in"] >= 0.9 and 1.0 < rep["binary"]["rollouts_per_R"] <= 2.0
+    assert rep["enum"]["rollouts_per_R"] == 5.0 and rep["enum"]["in"] > 0.9  # every depth, 5 groups
+
+
+class ScriptedPolicy:
+    """Test double for the engine: the expert's next action, or a uniformly random admissible reply."""
+
+    def __init__(self, tok, tasks, random_policy=False):
+        self.tok, self.walk, self.random = tok, {t["walkthrough"][0]: t for t in tasks}, random_policy
+        self.tasks = tasks
+
+    def generate(self, prompts, max_new_tokens, temperature=1.0, seed=0, allowed=None):
+        rng = random.Random(seed)
+        out = []
+        for p, al in zip(prompts, allowed):
+            text = self.tok.decode(p)
+            task = text.split("task: ")[1].split("\n")[0]
+            done = text.split("done: ")[1].split("\n")[0]
+            k = 0 if done == "-" else len(done.split(" | "))
+            if self.random:
+                ids = rng.choice(al)
+            else:
+                walk = next(t["walkthrough"] for t in self.tasks if t["goal"] == task
+                            and t["walkthrough"][:k] == ([] if done == "-" else done.split(" | ")))
+                ids = self.tok.encode(f"<action>{walk[k]}</action>", add_special_tokens=False) + [self.tok.eos_token_id]
+            out.append({"ids": ids, "logprobs": [0.0] * len(ids), "finished": True})
+        return out
+
+
+def test_panel_expert_random_and_determinism(tmp_path):
+    from transformers import AutoTokenizer
+    from envs import EnvPool, load_tasks
+    from tiny import tiny_path
+    from config import cache_dir
+    tok = AutoTokenizer.from_pretrained(tiny_path(cache_dir()))
+    tasks = load_tasks("valid_unseen")[::6]  # 8 games, every task type
+    pool = EnvPool(2)
+    try:
+        # the goal sentence as the compact prompt shows it, to find each game's walkthrough
+        got = pool.run([("reset", 10**6 + j, t["gamefile"], []) for j, t in enumerate(tasks)])
+        pool.run([("close", 10**6 + j) for j in range(len(tasks))])
+        tasks = [{**t, "goal": g["task"]} for t, g in zip(tasks, got)]
+        cfg = dataclasses.replace(Config(), prompt="compact", constrained=True, max_steps=20, max_prompt_tokens=768,
+                                  max_new_tokens=32, model="scripted")
+        exp = panel(ScriptedPolicy(tok, tasks), pool, tok, tasks, cfg, [0], 0.0, str(tmp_path / "expert.json"))
+        assert exp["mean"] == 1.0 and all(v == 1.0 for v in exp["per_type_mean"].values())
+        rnd = [panel(ScriptedPolicy(tok, tasks, True), pool, tok, tasks, cfg, [0, 1], 1.0, str(tmp_path / f"r{i}.json"))
+               for i in range(2)]
+        assert rnd[0]["mean"] <= 0.15
+        assert json.load(open(tmp_path / "r0.json")) == json.load(open(tmp_path / "r1.json"))  # same seeds, same JSON
+        assert set(rnd[0]["seeds"]) == {"0", "1"} and len(rnd[0]["seeds"]["0"]["ci95"]) == 2
+    finally:
+        pool.close()
+
+
+@pytest.mark.slow
+def test_diagnose_end_to_end_on_the_tiny_model(tmp_path):
+    cmd = [sys.executable, "eval.py", "diagnose", "--model", "tiny", "--engine", "hf", "--tasks", "2", "--rollouts", "2",
+           "--grid", "0.5", "--draws", "2", "--prompt", "compact", "--constrained", "1", "--max_steps", "6",
+           "--max_new_tokens", "32", "--max_prompt_tokens", "768", "--num_workers", "1", "--out", str(tmp_path)]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, env={**os.environ, "TQDM_DISABLE": "1"})
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    res = json.load(open(tmp_path / "diagnose.json"))
+    assert len(res["curves"]) == 2 and res["grid"] == [0.0, 0.5, 1.0]
+    assert "Agent-G2 (paper)" in res["replay"] and "enum every depth" in res["budget"]
+    for f in ("fig2a_mismatch.png", "fig2b_budget.png", "fig3a_curves.png", "fig3b_profile.png"):
+        assert os.path.getsize(tmp_path / f) > 1000
+    assert "sigma" in p.stdout and "rollouts" in p.stdout
