@@ -37,6 +37,7 @@ CHOICES = {
     "device": ["auto", "cpu", "cuda"],
     "dtype": ["auto", "float32", "bfloat16"],
     "parallel": ["ddp", "fsdp"],
+    "lr_schedule": ["cosine", "constant"],
 }
 
 
@@ -66,7 +67,7 @@ class Config:
     train_split: str = F("train", "split used for training tasks")
     eval_split: str = F("valid_unseen", "split used for hint-free validation")
     task_types: str = F("", "comma list of task types to keep (empty: all six)")
-    train_games: int = F(0, "use only the first N training games of the split (0 = all)")
+    train_games: int = F(0, "train on a fixed seeded subset of N games of the split (0 = all)")
     max_steps: int = F(50, "episode step budget; expert-prefix steps count against it")
     history_length: int = F(2, "(observation, action) pairs shown in the prompt")
     prompt: str = F("full", "full (<think> + <action>) | compact (action tag only, short obs, past actions)")
@@ -111,6 +112,7 @@ class Config:
     group_size: int = F(8, "R: rollouts per task")
     lr: float = F(1e-5, "peak learning rate (cosine schedule)")
     warmup_frac: float = F(0.1, "share of steps used for linear warm-up")
+    lr_schedule: str = F("cosine", "after warm-up: cosine to 0 (paper) | constant")
     beta1: float = F(0.9, "AdamW beta1")
     beta2: float = F(0.999, "AdamW beta2")
     weight_decay: float = F(0.0, "AdamW weight decay")

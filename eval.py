@@ -15,6 +15,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 
 import numpy as np
@@ -357,52 +358,76 @@ def dstar_over_steps(results, path):
 # ---------------------------------------------------------------------------------------------
 # table: finished runs -> Markdown, mean ± std over seeds
 # ---------------------------------------------------------------------------------------------
-def run_summary(run):
-    """A run directory -> its config, final hint-free evals, mean seconds and rollouts per step."""
+def run_summary(run, wall_s=None):
+    """A run directory -> {config, final and per-eval hint-free success (greedy and sampled), rollouts, seconds and
+    rollouts per step, commit, date}. Read from its summary.json when there is one (train.py writes it at the end;
+    results/ keeps only these), else computed from config.json + log.jsonl."""
+    path = os.path.join(run, "summary.json")
+    if wall_s is None and os.path.exists(path):
+        return {**json.load(open(path)), "run": run}
+    import datetime
     cfg = json.load(open(os.path.join(run, "config.json")))
     steps, evals = read_log(run)
-    final = evals[-1]["eval"] if evals else {}
-    return {"run": run, "cfg": cfg, "final": final, "step": evals[-1]["step"] if evals else 0,
+    return {"run": run, "cfg": cfg, "git_commit": cfg.get("git_commit", ""), "steps": len(steps),
+            "final": evals[-1]["eval"] if evals else {}, "final_step": evals[-1]["step"] if evals else 0,
+            "evals": evals, "rollouts": int(sum(r["rollouts_played"] for r in steps)),
             "s_per_step": float(np.mean([r["t_step"] for r in steps])) if steps else float("nan"),
-            "rollouts_per_step": float(np.mean([r["rollouts_played"] for r in steps])) if steps else float("nan")}
+            "rollouts_per_step": float(np.mean([r["rollouts_played"] for r in steps])) if steps else float("nan"),
+            "wall_s": wall_s, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
-IGNORE = {"seed", "out_dir", "argv", "git_commit", "resume", "wandb", "cache_dir"}
+def run_name(run):
+    """runs/x/g2/s0 -> 'g2' (run_all.sh's layout: one directory per seed), else the directory name."""
+    base = os.path.basename(os.path.normpath(run))
+    return os.path.basename(os.path.dirname(os.path.normpath(run))) if re.fullmatch(r"s\d+", base) else base
+
+
+def run_flags(cfg):
+    """The command-line flags a run was started with, less seed/out_dir/resume: what makes it this method."""
+    argv, out, skip = cfg.get("argv", [])[1:], [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in ("--seed", "--out_dir", "--resume"):
+            skip = True
+            continue
+        out.append(a)
+    return " ".join(out)
 
 
 def table(runs):
-    """Rows = methods (the config keys that differ between the runs), columns = final hint-free success and cost,
-    mean ± std over seeds. Refuses to mix presets, game sets or environments silently: it prints a warning line
-    and splits them into separate tables."""
+    """One row per method (run name), columns = final hint-free success and cost, mean ± std over seeds; each row
+    gives the flags it ran with and the commits. Never mixes presets, game sets, environments or task types: it
+    says so in a first line and makes one table each."""
     sums = [run_summary(r) for r in runs]
     groups = collections.defaultdict(list)
     for s in sums:
         groups[(s["cfg"].get("preset"), s["cfg"].get("games"), s["cfg"].get("env", "alfworld"),
                 s["cfg"].get("task_types"))].append(s)
-    if len(groups) > 1:
-        print(f"note: these runs come from {len(groups)} different (preset, games, env, task types) settings; "
-              "one table each, never mixed")
-    out = []
+    out = [f"note: these runs come from {len(groups)} different (preset, games, env, task types) settings; "
+           "one table each, never mixed"] if len(groups) > 1 else []
     for (preset, games, env, types), ss in groups.items():
-        keys = sorted(k for k in set().union(*[s["cfg"] for s in ss]) - IGNORE
-                      if len({json.dumps(s["cfg"].get(k), sort_keys=True) for s in ss}) > 1)
         rows = collections.defaultdict(list)
         for s in ss:
-            rows[", ".join(f"{k}={s['cfg'].get(k)}" for k in keys) or "(one config)"].append(s)
-        sets = sorted({k for s in ss for k in s["final"]})
+            rows[run_name(s["run"])].append(s)
+        sets = [k for k in ("train_panel", "train_panel_sampled", "val", "val_sampled")
+                if any(k in s["final"] for s in ss)]
         out.append(f"\n**{env} / preset {preset} / games {games}{' / ' + types if types else ''}**\n")
-        out.append("| method | seeds | " + " | ".join(f"{k} %" for k in sets) + " | s/step | rollouts/step | commits |")
-        out.append("|---|---|" + "---|" * len(sets) + "---|---|---|")
+        out.append("| method | seeds | " + " | ".join(f"{k} %" for k in sets) +
+                   " | s/step | rollouts/step | flags | commits |")
+        out.append("|---|---|" + "---|" * len(sets) + "---|---|---|---|")
         for label, rs in sorted(rows.items()):
             def ms(v):
                 v = [x for x in v if x == x]
                 return f"{np.mean(v):.1f} ± {np.std(v):.1f}" if v else ""
             cells = [ms([100 * r["final"][k] for r in rs if k in r["final"]]) for k in sets]
+            flags = sorted({run_flags(r["cfg"]) for r in rs})
             commits = ",".join(sorted({r["cfg"].get("git_commit", "?") for r in rs}))
             out.append(f"| {label} | {len(rs)} | " + " | ".join(cells) +
                        f" | {ms([r['s_per_step'] for r in rs])} | {ms([r['rollouts_per_step'] for r in rs])} | "
-                       f"{commits} |")
-    return "\n".join(out)
+                       f"`{' / '.join(flags) or '-'}` | {commits} |")
+    return "\n".join(out).lstrip("\n")
 
 
 def main():
@@ -414,8 +439,10 @@ def main():
             return print(table([a for a in args if not a.startswith("--")]))
         out = args[args.index("--out") + 1] if "--out" in args else "docs/dynamics.png"
         return dynamics([a for a in args if not a.startswith("--") and a != out], out)
+    if cmd in ("", "-h", "--help"):
+        return print(__doc__ + "\nsubcommands: panel | diagnose | dynamics | table  (`python eval.py panel --help`)")
     if cmd not in ("panel", "diagnose"):
-        sys.exit(__doc__ + "\nerror: expected a subcommand: panel | diagnose | dynamics | table")
+        sys.exit(f"error: unknown subcommand {cmd!r}: expected panel | diagnose | dynamics | table")
 
     def extra(p):
         p.add_argument("--split", default="valid_unseen", help="panel: split to play")

@@ -28,6 +28,7 @@ import numpy as np
 
 from config import dump, get_config
 
+t_start = time.time()
 # ------------------------------------------------------------------ config
 cfg = get_config(description=__doc__)  # parse before envs: the PDDL engine overwrites sys.argv
 
@@ -70,7 +71,8 @@ from envs import EnvPool, length_table, load_tasks  # noqa: E402
 
 types = cfg.task_types.split(",") if cfg.task_types else None
 train_tasks = load_tasks(cfg.train_split, cfg.games, cfg.cache_dir or None, types, verbose=master)
-train_tasks = train_tasks[:cfg.train_games] if cfg.train_games else train_tasks
+if cfg.train_games:  # a fixed seeded subset, balanced in expectation over the task types
+    train_tasks = [train_tasks[i] for i in sorted(np.random.default_rng(1234).permutation(len(train_tasks))[:cfg.train_games])]
 eval_tasks = load_tasks(cfg.eval_split, cfg.games, cfg.cache_dir or None, types, verbose=master)
 eval_tasks = [] if cfg.eval_games < 0 else eval_tasks[:cfg.eval_games] if cfg.eval_games else eval_tasks
 panel = [train_tasks[i] for i in np.random.default_rng(1234).permutation(len(train_tasks))[:cfg.train_panel]]
@@ -119,10 +121,12 @@ def full_state():
     return get_model_state_dict(policy, options=FULL) if fsdp else policy.state_dict()
 
 
-def get_lr(step):  # linear warm-up, then cosine to 0
+def get_lr(step):  # linear warm-up, then cosine to 0 (or constant)
     warm = max(1, int(cfg.warmup_frac * cfg.steps))
     if step < warm:
         return cfg.lr * (step + 1) / warm
+    if cfg.lr_schedule == "constant":
+        return cfg.lr
     return cfg.lr * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, cfg.steps - warm)))
 
 
@@ -509,9 +513,11 @@ for step in bar:
 
 # ------------------------------------------------------------------ cleanup
 if not stop["flag"]:
-    final = run_eval(cfg.steps)
-    if master:
-        json.dump(final, open(os.path.join(cfg.out_dir, "final_eval.json"), "w"))
+    run_eval(cfg.steps)
+    if master:  # the run's small record: what run_all.sh keeps and `eval.py table` reads
+        from eval import run_summary
+        summary = {k: v for k, v in run_summary(cfg.out_dir, wall_s=time.time() - t_start).items() if k != "run"}
+        json.dump(summary, open(os.path.join(cfg.out_dir, "summary.json"), "w"), indent=1, default=_jsonable)
 pool.close()
 if master:
     log.close()

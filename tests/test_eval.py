@@ -146,3 +146,46 @@ def test_diagnose_end_to_end_on_the_tiny_model(tmp_path):
     for f in ("fig2a_mismatch.png", "fig2b_budget.png", "fig3a_curves.png", "fig3b_profile.png"):
         assert os.path.getsize(tmp_path / f) > 1000
     assert "sigma" in p.stdout and "rollouts" in p.stdout
+
+
+@pytest.mark.slow
+def test_in_loop_and_offline_panel_agree(tmp_path):
+    """train.py's in-loop evaluation and `eval.py panel` on the checkpoint it wrote give the same greedy numbers."""
+    from test_train import train
+    train(tmp_path, "--steps", "1", "--engine", "hf", "--task_types", "pick_and_place_simple", "--eval_games", "0",
+          "--max_steps", "6", "--ckpt_every", "0")
+    in_loop = [json.loads(line) for line in open(tmp_path / "log.jsonl") if '"eval"' in line][-1]
+    assert in_loop["step"] == 1
+    out = tmp_path / "panel.json"
+    p = subprocess.run([sys.executable, "eval.py", "panel", "--model", str(tmp_path / "ckpt_000001"), "--split",
+                        "valid_unseen", "--seeds", str(10**6 + 1), "--out", str(out)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=900, env={**os.environ, "TQDM_DISABLE": "1"})
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    res = json.load(open(out))
+    assert res["seeds"][str(10**6 + 1)]["n"] == 8  # the checkpoint's own config: one task type, its 8 games
+    assert res["mean"] == in_loop["eval"]["val"]
+
+
+def test_table_groups_methods_and_refuses_to_mix_settings(tmp_path):
+    from eval import table
+
+    def run(name, seed, sched, preset="cpu", success=0.5):
+        d = tmp_path / name
+        d.mkdir()
+        json.dump({"preset": preset, "games": "builtin", "task_types": "", "scheduler": sched, "seed": seed,
+                   "out_dir": str(d), "git_commit": "abc123",
+                   "argv": ["train.py", "--scheduler", sched, "--seed", str(seed), "--out_dir", str(d)]},
+                  open(d / "config.json", "w"))
+        with open(d / "log.jsonl", "w") as f:
+            f.write(json.dumps({"step": 0, "eval": {"val": 0.1}}) + "\n")
+            f.write(json.dumps({"step": 0, "t_step": 10.0, "rollouts_played": 64}) + "\n")
+            f.write(json.dumps({"step": 1, "eval": {"val": success}}) + "\n")
+        return str(d)
+    for d in ("g2", "grpo", "paper"):
+        (tmp_path / d).mkdir()
+    runs = [run("g2/s0", 0, "g2", success=0.5), run("g2/s1", 1, "g2", success=0.7), run("grpo/s0", 0, "none", success=0.1)]
+    md = table(runs)
+    assert "| g2 | 2 | 60.0 ± 10.0 | 10.0 ± 0.0 | 64.0 ± 0.0 | `--scheduler g2` | abc123 |" in md
+    assert "| grpo | 1 | 10.0 ± 0.0 |" in md and "note:" not in md
+    md = table(runs + [run("paper/s0", 0, "g2", preset="paper")])
+    assert md.startswith("note: these runs come from 2 different") and md.count("| method |") == 2
