@@ -39,6 +39,25 @@ def evaluate(engine, pool, tok, tasks, cfg, seed=0, temperature=0.0):
             "invalid": out["stats"]["invalid"] / max(out["stats"]["env_steps"], 1), "out": out}
 
 
+def in_loop_eval(engine, pool, tok, sets, cfg, step, rank=0, world=1, gather=lambda x: [x]):
+    """train.py's evaluation: each set ({name: tasks}) hint-free, greedy and sampled at the training temperature,
+    sharded over ranks (gather: all_gather_object); rank 0 writes a few decoded transcripts per set to
+    out_dir/transcripts/. -> {"val": success, "val_sampled": ..., "train_panel": ..., ...}"""
+    res = {}
+    for name, tasks in sets.items():
+        for suffix, temp in (("", 0.0), ("_sampled", cfg.temperature)):
+            if not tasks:
+                continue
+            mine = tasks[rank::world]
+            r = evaluate(engine, pool, tok, mine, cfg, seed=10**6 + step, temperature=temp) if mine else None
+            if r and rank == 0:
+                write_transcripts(os.path.join(cfg.out_dir, "transcripts", f"step{step:06d}_{name}{suffix}.txt"),
+                                  r["out"], tok, header=f"step {step} {name}{suffix} temperature {temp}")
+            got = gather({"won": r["won"], "n": r["n"]} if r else {"won": 0, "n": 0})
+            res[name + suffix] = sum(x["won"] for x in got) / max(sum(x["n"] for x in got), 1)
+    return res
+
+
 def write_transcripts(path, out, tok, k=3, header=""):
     """The first k episodes of a rollout output, decoded turn by turn (prompt, reply, parsed action, reward):
     the first thing to read when a number looks wrong."""

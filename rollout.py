@@ -159,6 +159,17 @@ def response_logprobs(m, rows, pad_id, device="cpu", temperature=1.0):
     return lp * mask, mask
 
 
+def sync_check(engine, model, row, pad_id, device, cfg, seed=0):
+    """After a weight sync: the engine's greedy reply to `row`'s prompt (under the row's constraint, if any), scored
+    by `model` the way the trainer scores rows. -> max |log-prob difference| (~1e-6 when the sync landed)."""
+    allowed = [row["allowed"]] if "allowed" in row else None
+    o = engine.generate([row["prompt_ids"]], cfg.max_new_tokens, 0.0, seed, allowed)[0]
+    chk = {"prompt_ids": row["prompt_ids"], "response_ids": o["ids"], **({"allowed": row["allowed"]} if allowed else {})}
+    with torch.no_grad():
+        lp = response_logprobs(model, [chk], pad_id, device, 1.0)[0][0].cpu()
+    return (lp - torch.tensor(o["logprobs"])).abs().max().item()
+
+
 def sync_weights(llm, named_tensors):
     """The one place that touches vLLM's weight-loading internals (vLLM 0.32). Layerwise reload through
     collective_rpc, then drop the prefix cache (its KV came from the old weights). The older
@@ -373,10 +384,11 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
 
 
 def group_successes(out, n_groups):
-    """Per group: list of 0/1 won flags, in episode order."""
+    """Per group: list of 0/1 won flags, in episode order (error episodes left out)."""
     flags = [[] for _ in range(n_groups)]
     for e in out["episodes"]:
-        flags[e["gid"]].append(int(e["won"]))
+        if not e["error"]:  # an episode lost to an engine error says nothing about the task's difficulty
+            flags[e["gid"]].append(int(e["won"]))
     return flags
 
 

@@ -48,7 +48,8 @@ device = f"cuda:{local_rank}" if use_cuda else "cpu"
 dtype = {"auto": torch.bfloat16 if use_cuda else torch.float32, "float32": torch.float32,
          "bfloat16": torch.bfloat16}[cfg.dtype]
 from grpo import agg_weights, group_advantages, policy_loss  # noqa: E402
-from rollout import Prober, group_successes, make_engine, merge, response_logprobs, rollout, seed_all, split_groups  # noqa: E402
+from rollout import (Prober, group_successes, make_engine, merge, response_logprobs, rollout, seed_all,  # noqa: E402
+                     split_groups, sync_check)
 
 seed_all(cfg.seed + rank)  # sampling differs per rank; data order and scheduler use cfg.seed on every rank
 
@@ -323,21 +324,9 @@ signal.signal(signal.SIGINT, _on_signal)
 
 
 def run_eval(step):
-    """Hint-free evaluation on the validation split and the fixed training panel, greedy and sampled at the
-    training temperature, sharded over ranks. Writes a few decoded transcripts per set to out_dir/transcripts/."""
-    from eval import evaluate, write_transcripts
-    res = {}
-    for name, tasks in (("val", eval_tasks), ("train_panel", panel)):
-        for suffix, temp in (("", 0.0), ("_sampled", cfg.temperature)):
-            if not tasks:
-                continue
-            mine = tasks[rank::world]
-            r = evaluate(engine, pool, tok, mine, cfg, seed=10**6 + step, temperature=temp) if mine else None
-            if r and master:
-                write_transcripts(os.path.join(cfg.out_dir, "transcripts", f"step{step:06d}_{name}{suffix}.txt"),
-                                  r["out"], tok, header=f"step {step} {name}{suffix} temperature {temp}")
-            got = gather({"won": r["won"], "n": r["n"]} if r else {"won": 0, "n": 0})
-            res[name + suffix] = sum(x["won"] for x in got) / max(sum(x["n"] for x in got), 1)
+    """Hint-free evaluation (eval.in_loop_eval: validation + training panel, greedy and sampled, transcripts)."""
+    from eval import in_loop_eval
+    res = in_loop_eval(engine, pool, tok, {"val": eval_tasks, "train_panel": panel}, cfg, step, rank, world, gather)
     if master:
         print(f"[eval] step {step}: " + "  ".join(f"{k} {100 * v:.1f}%" for k, v in res.items()))
         log.write(json.dumps({"step": step, "eval": res}) + "\n")
@@ -454,13 +443,7 @@ for step in bar:
     state = full_state()
     engine.load_weights(state.items())
     t_sync = time.time() - t3
-    # sync check: the engine's greedy reply to one row's prompt (under that row's constraint), scored by the policy
-    r0 = (rows or out["aux"] or [DUMMY])[0]
-    o = engine.generate([r0["prompt_ids"]], cfg.max_new_tokens, 0.0, step, [r0["allowed"]] if "allowed" in r0 else None)[0]
-    chk = {"prompt_ids": r0["prompt_ids"], "response_ids": o["ids"], **({"allowed": r0["allowed"]} if "allowed" in r0 else {})}
-    with torch.no_grad():
-        mine_lp = response_logprobs(model, [chk], tok.pad_token_id, device, 1.0)[0][0].cpu()
-    sync_err = (mine_lp - torch.tensor(o["logprobs"])).abs().max().item()
+    sync_err = sync_check(engine, model, (rows or out["aux"] or [DUMMY])[0], tok.pad_token_id, device, cfg, step)
     # cross-rank consistency: every rank must hold the same weights and scheduler state
     psum = sum(p.detach().double().sum().item() for p in state.values())
     consist = gather((psum, json.dumps(sched.state_dict(), sort_keys=True)))
