@@ -99,6 +99,21 @@ def eval_table(runs):
     return "\n".join(out)
 
 
+def step_table(runs):
+    """Markdown: what each run's training steps looked like (means over its steps; the max for on-policy checks)."""
+    out = ["| run | steps | batch success | groups in band | all-0 | all-1 | zero-adv groups | mean depth ratio | "
+           "max clipfrac | max ratio dev | mean update ‖Δθ‖/‖θ‖ | s / step |", "|---|" + "---|" * 11]
+    for run in runs:
+        st = read_log(run)[0]
+        m = lambda k: float(np.mean([r[k] or 0 for r in st]))  # noqa: E731
+        out.append(f"| {os.path.basename(os.path.normpath(run))} | {len(st)} | {m('success'):.2f} | "
+                   f"{100 * m('in_band'):.0f} % | {100 * m('all0'):.0f} % | {100 * m('all1'):.0f} % | "
+                   f"{sum(r['zero_adv_groups'] for r in st)} / {sum(r['groups'] for r in st)} | {m('mean_r'):.2f} | "
+                   f"{max(r.get('clipfrac', 0) for r in st):.3f} | {max(r.get('ratio_dev', 0) for r in st):.1e} | "
+                   f"{m('update_rel'):.1e} | {m('t_step'):.1f} |")
+    return "\n".join(out)
+
+
 def dynamics(runs, path):
     """The training-dynamics figure from log.jsonl: hint-free success (panel, validation; greedy solid, sampled
     dashed), batch success at the scheduled depths, depth (mean ratio, mu_global), group shares, and sigma per
@@ -140,6 +155,8 @@ def dynamics(runs, path):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=100)
     print(eval_table(runs))
+    print()
+    print(step_table(runs))
     print(f"(plot: {path})")
 
 
@@ -335,15 +352,15 @@ def diagnose(engine, pool, tok, tasks, train_tasks, cfg, args, ckpt):
     from bench import BUDGET, SCHEDULERS
     grid = [round(x, 4) for x in np.arange(0, 1 + 1e-9, args.grid)]
     c = dataclasses.replace(cfg, group_size=args.rollouts)
-    curves = measure_curves(engine, pool, tok, tasks, c, grid, args.rollouts, seed=args.seed)
+    curves = measure_curves(engine, pool, tok, tasks, c, grid, args.rollouts, seed=cfg.seed)
     prof = aligned_profile(curves, args.grid)
     fit = fit_gaussian(prof[0], prof[1])
     st_path = os.path.join(ckpt, "state.json")
     st = json.load(open(st_path)) if os.path.exists(st_path) else {}
     step = st.get("step", 0)
     rules = list(SCHEDULERS) + ([("Agent-G2 (checkpoint state)", {})] if st and cfg.scheduler == "g2" else [])
-    rep = replay(curves, cfg, train_tasks, rules, step, st.get("sched"), args.draws, args.seed)
-    budget = replay(curves, cfg, train_tasks, BUDGET, step, None, args.draws, args.seed)
+    rep = replay(curves, cfg, train_tasks, rules, step, st.get("sched"), args.draws, cfg.seed)
+    budget = replay(curves, cfg, train_tasks, BUDGET, step, None, args.draws, cfg.seed)
     os.makedirs(args.out, exist_ok=True)
     res = {"checkpoint": ckpt, "step": step, "grid": grid, "rollouts": args.rollouts, "curves": curves,
            "d_star": {t: d_star(cv) for t, cv in curves.items()},
