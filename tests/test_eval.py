@@ -69,12 +69,18 @@ def test_replay_on_hand_made_curves():
     rules = [("none", dict(scheduler="none")), ("fixed 0.5", dict(scheduler="fixed", fixed_ratio=0.5)),
              ("fixed 0.4", dict(scheduler="fixed", fixed_ratio=0.4)), ("linear", dict(scheduler="linear")),
              ("binary", dict(scheduler="binary", max_probes=2)), ("enum", dict(scheduler="enum")),
-             ("g2 sigma 0", dict(scheduler="g2", sampling="none", mu0=0.4, lam=0.0))]
+             ("g2 sigma 0", dict(scheduler="g2", sampling="none", mu0=0.4, lam=0.0)),
+             ("cosine", dict(scheduler="cosine")), ("step", dict(scheduler="step")),
+             ("target_acc", dict(scheduler="target_acc"))]
     rep = replay(curves, cfg, train, rules, step=0, draws=20, seed=0)
     assert rep["none"]["under"] == 1.0 and rep["none"]["rollouts_per_R"] == 1.0
     assert rep["fixed 0.5"]["over"] == 1.0  # ceil(0.5 * 5) = 3 expert actions: p = 1
     assert rep["fixed 0.4"]["in"] == 1.0  # 2 expert actions
-    assert rep["linear"]["over"] == 1.0  # step 0: r = 1 -> n = L - 1
+    for k in ("linear", "cosine", "step", "target_acc"):  # step 0 of a schedule: n = L - 1
+        assert rep[k]["over"] == 1.0 and rep[k]["rollouts_per_R"] == 1.0, k
+    late = replay(curves, cfg, train, [("linear", dict(scheduler="linear")), ("cosine", dict(scheduler="cosine"))],
+                  step=199, draws=2)
+    assert late["linear"]["under"] == 1.0 and late["cosine"]["under"] == 1.0  # the last step: no hint
     assert rep["g2 sigma 0"]["in"] == 1.0  # mu = 0.4, no spread
     # binary search (M = 2) probes n = 2 first (a Bin(8, 0.5) draw) and pays for a second probe when it misses 4/8;
     # it ends at n = 2 unless an extreme draw ties with the second probe (then the shallower depth wins)
