@@ -12,6 +12,7 @@ offline numbers agree for the same checkpoint, seed and decoding.
 import argparse
 import collections
 import dataclasses
+import glob
 import json
 import math
 import os
@@ -471,8 +472,11 @@ def main():
     cmd = sys.argv[1] if len(sys.argv) > 1 else ""
     if cmd in ("dynamics", "table"):
         args = sys.argv[2:]
-        if cmd == "table":
-            return print(table([a for a in args if not a.startswith("--")]))
+        if cmd == "table":  # a directory without a run in it stands for every run below it
+            runs = [r for a in args if not a.startswith("--") for r in
+                    ([a] if os.path.exists(os.path.join(a, "config.json")) or os.path.exists(os.path.join(a, "summary.json"))
+                     else sorted(os.path.dirname(p) for p in glob.glob(os.path.join(a, "**", "summary.json"), recursive=True)))]
+            return print(table(runs))
         out = args[args.index("--out") + 1] if "--out" in args else "docs/dynamics.png"
         return dynamics([a for a in args if not a.startswith("--") and a != out], out)
     if cmd in ("", "-h", "--help"):

@@ -107,5 +107,5 @@ if [ "$DRY" = 1 ]; then echo "# $N runs ($MODE$([ "$SMOKE" = 1 ] && echo ", smok
 echo "[run_all] $N runs, $DONE were done already"
 [ "$SMOKE" = 1 ] && exit 0
 TABLE_DIR=$([ "$MODE" = cpu ] && echo results/cpu || echo "$ROOT")
-python eval.py table $(find "$TABLE_DIR" -name summary.json -printf '%h\n' | sort)
+python eval.py table "$TABLE_DIR"
 python eval.py dynamics "$ROOT"/g2/s* "$ROOT"/grpo/s* --out "$ROOT/dynamics.png" || true

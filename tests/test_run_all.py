@@ -46,3 +46,15 @@ def test_cpu_smoke_grid_gives_every_entry_its_step(tmp_path):
         assert summary["steps"] == 1 and summary["cfg"]["preset"] == "cpu", n
     again = sh("--cpu", "--smoke", env={"RUN_ROOT": str(tmp_path)})  # complete runs are skipped: resumable
     assert again.returncode == 0 and again.stdout.count("done already") == len(names)
+
+
+def test_readme_toy_table_is_rebuilt_from_results():
+    """The README's toy table is exactly what `python eval.py table results/cpu` prints from the kept summaries."""
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    start, end = "<!-- toy-table: python eval.py table results/cpu -->", "<!-- /toy-table -->"
+    assert start in readme and end in readme
+    block = readme.split(start)[1].split(end)[0].strip()
+    p = subprocess.run(["python", "eval.py", "table", "results/cpu"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert block == p.stdout.strip()
