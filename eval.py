@@ -1,6 +1,6 @@
 """Evaluation: the hint-free panel, the paper's diagnostic protocol (SPEC §6), the dynamics figure, and tables.
 
-    python eval.py panel --model CKPT [--split valid_unseen] [--games builtin|official] [--seeds 0 1 2] [--temperature 0]
+    python eval.py panel --model CKPT [--split valid_unseen] [--games builtin|official] [--seeds 0 1 2] [--decode greedy|sampled]
     python eval.py diagnose --model CKPT [--tasks 8] [--rollouts 32] [--grid 0.1] [--checkpoints RUN_DIR]
     python eval.py dynamics RUN_DIR... [--out docs/dynamics.png]
     python eval.py table RUN_DIR...
@@ -487,6 +487,8 @@ def main():
     def extra(p):
         p.add_argument("--split", default="valid_unseen", help="panel: split to play")
         p.add_argument("--seeds", type=int, nargs="+", default=[0], help="panel: one pass over the split per seed")
+        p.add_argument("--decode", default="greedy", choices=["greedy", "sampled"],
+                       help="panel: greedy, or sampled at --temperature (the training temperature by default)")
         p.add_argument("--tasks", type=int, default=8, help="diagnose: training tasks in the fixed sample")
         p.add_argument("--rollouts", type=int, default=32, help="diagnose: rollouts per (task, depth)")
         p.add_argument("--grid", type=float, default=0.1, help="diagnose: depth-ratio grid step")
@@ -521,9 +523,11 @@ def main():
     engine = make_engine(cfg, path, tok, device, cfg.seed)
     if cmd == "panel":
         tasks = load_tasks(args.split, cfg.games, cfg.cache_dir or None, types)
-        dec = "greedy" if cfg.temperature == 0 else f"t{cfg.temperature:g}"
-        out = args.out or os.path.join(path if os.path.isdir(path) else ".", f"panel_{args.split}_{dec}.json")
-        r = panel(engine, pool, tok, tasks, cfg, args.seeds, cfg.temperature, out)
+        temp = 0.0 if args.decode == "greedy" else cfg.temperature
+        dec = "greedy" if temp == 0 else f"sampled at T={temp:g}"
+        out = args.out or os.path.join(path if os.path.isdir(path) else ".",
+                                       f"panel_{args.split}_{'greedy' if temp == 0 else f't{temp:g}'}.json")
+        r = panel(engine, pool, tok, tasks, cfg, args.seeds, temp, out)
         pool.close()
         print(f"{path} | {args.split} ({len(tasks)} games, {cfg.games}) | {dec} | seeds {args.seeds} | success "
               f"{100 * r['mean']:.1f} ± {100 * r['std']:.1f} %")
