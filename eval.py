@@ -137,12 +137,15 @@ def dynamics(runs, path):
         ax[2].plot(x, [100 * (r["success"] or 0) for r in steps], color=c, label=name)
         ax[3].plot(x, [r["mean_r"] for r in steps], color=c, label=f"{name} mean r")
         ax[3].plot(x, [r["mu_global"] for r in steps], ":", color=c, label=f"{name} mu_global")
+        for k in range(len(steps[0]["mu_k"]) if steps and steps[0].get("mean_r") else 0):
+            ax[3].plot(x, [r["mu_k"][k] for r in steps], ["--", "-.", (0, (1, 3)), (0, (5, 1))][k % 4], color=c,
+                       alpha=0.5, lw=0.8, label=f"{name} mu_k{k}")
         for key, ls in (("in_band", "-"), ("all0", "--"), ("all1", ":")):
             ax[4].plot(x, [r[key] or 0 for r in steps], ls, color=c, label=f"{name} {key}")
         for k in range(len(steps[0]["sigma_k"]) if steps else 0):
             ax[5].plot(x, [r["sigma_k"][k] for r in steps], ["-", "--", ":", "-."][k % 4], color=c,
                        label=f"{name} k{k}")
-    titles = [None, None, "batch success at the scheduled depth (%)", "depth ratio: mean r (solid), mu_global",
+    titles = [None, None, "batch success at the scheduled depth (%)", "depth: mean r (solid), mu_global (dotted), mu_k (thin)",
               "groups: in band [0.4, 0.6] (solid), all-0 (dashed), all-1 (dotted)", "sigma per cluster"]
     for a, t in zip(ax, titles):
         if t:
@@ -433,6 +436,14 @@ def run_flags(cfg):
     return " ".join(out)
 
 
+PAPER_TABLES = [  # run_all.sh's names, grouped like the paper's tables
+    ("Tables 1-2: main comparison", ["g2", "grpo", "fixed", "linear", "cosine", "step", "target_acc", "binary", "enum",
+                                     "released", "released_rules", "g2_7b", "grpo_7b"]),
+    ("Table 3: ablations", ["no_sampling", "uniform", "no_adapt_centre", "no_adapt_spread", "no_aux", "no_grpo"]),
+    ("Table 8: clusters (K = 3 is g2)", ["K1", "K5", "K10", "random"]),
+    ("SFT baselines", ["sft_full", "sft_prefix"])]
+
+
 def table(runs):
     """One row per method (run name), columns = final hint-free success and cost, mean ± std over seeds; each row
     gives the flags it ran with and the commits. Never mixes presets, game sets, environments or task types: it
@@ -448,13 +459,19 @@ def table(runs):
         rows = collections.defaultdict(list)
         for s in ss:
             rows[run_name(s["run"])].append(s)
+        part = {n: t for t, names in PAPER_TABLES for n in names}
+        order = {n: i for i, (_, names) in enumerate(PAPER_TABLES) for n in names}
         sets = [k for k in ("train_panel", "train_panel_sampled", "val", "val_sampled")
                 if any(k in s["final"] for s in ss)]
         out.append(f"\n**{env} / preset {preset} / games {games}{' / ' + types if types else ''}**\n")
         out.append("| method | seeds | " + " | ".join(f"{k} %" for k in sets) +
                    " | s/step | rollouts/step | flags | commits |")
         out.append("|---|---|" + "---|" * len(sets) + "---|---|---|---|")
-        for label, rs in sorted(rows.items()):
+        last = None
+        for label, rs in sorted(rows.items(), key=lambda kv: (order.get(kv[0], 99), kv[0])):
+            if part.get(label, "other runs") != last:
+                last = part.get(label, "other runs")
+                out.append(f"| *{last}* |" + " |" * (len(sets) + 5))
             def ms(v):
                 v = [x for x in v if x == x]
                 return f"{np.mean(v):.1f} ± {np.std(v):.1f}" if v else ""

@@ -192,6 +192,7 @@ def test_table_groups_methods_and_refuses_to_mix_settings(tmp_path):
     runs = [run("g2/s0", 0, "g2", success=0.5), run("g2/s1", 1, "g2", success=0.7), run("grpo/s0", 0, "none", success=0.1)]
     md = table(runs)
     assert "| g2 | 2 | 60.0 ± 10.0 | 10.0 ± 0.0 | 64.0 ± 0.0 | `--scheduler g2` | abc123 |" in md
+    assert "| *Tables 1-2: main comparison* |" in md
     assert "| grpo | 1 | 10.0 ± 0.0 |" in md and "note:" not in md
     md = table(runs + [run("paper/s0", 0, "g2", preset="paper")])
     assert md.startswith("note: these runs come from 2 different") and md.count("| method |") == 2
