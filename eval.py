@@ -138,8 +138,8 @@ def dynamics(runs, path):
         ax[3].plot(x, [r["mean_r"] for r in steps], color=c, label=f"{name} mean r")
         ax[3].plot(x, [r["mu_global"] for r in steps], ":", color=c, label=f"{name} mu_global")
         for k in range(len(steps[0]["mu_k"]) if steps and steps[0].get("mean_r") else 0):
-            ax[3].plot(x, [r["mu_k"][k] for r in steps], ["--", "-.", (0, (1, 3)), (0, (5, 1))][k % 4], color=c,
-                       alpha=0.5, lw=0.8, label=f"{name} mu_k{k}")
+            ax[3].plot(x, [r["mu_k"][k] for r in steps], linestyle=["--", "-.", (0, (1, 3)), (0, (5, 1))][k % 4],
+                       color=c, alpha=0.5, lw=0.8, label=f"{name} mu_k{k}")
         for key, ls in (("in_band", "-"), ("all0", "--"), ("all1", ":")):
             ax[4].plot(x, [r[key] or 0 for r in steps], ls, color=c, label=f"{name} {key}")
         for k in range(len(steps[0]["sigma_k"]) if steps else 0):
