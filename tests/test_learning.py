@@ -1,4 +1,5 @@
-"""Does the update learn, and in the right direction? Real train.py runs on the tiny model and 4 built-in games,
+"""Does the update learn, and in the right direction? Real train.py runs on the tiny model and 4 built-in games
+(pick_and_place_simple, expert lengths 5-8: 2-5 policy steps within max_steps 9),
 one expert action from the end (--scheduler fixed --fixed_ratio 1), constrained decoding, HF engine (seeded).
 
 - reward +1 for a win: sampled success at that depth must clearly rise within a few GRPO steps;
@@ -7,8 +8,9 @@ one expert action from the end (--scheduler fixed --fixed_ratio 1), constrained 
   distribution the engine sampled; an unmasked trainer gives ratios far from 1 here);
 - a step without signal (every reward 0, KL at the reference) changes no weight.
 
-A wrong sign, a missing mask, or broken advantage normalisation fails one of these. Measured on the 2-core
-machine: 0.31 -> 1.0 (reward +1) and 0.31 -> 0.0 (reward -1) in 8 steps at lr 3e-3; ~70 s per run."""
+A wrong sign, a missing mask, or broken advantage normalisation fails one of these. During development (the
+split's first 4 games, 8 steps at lr 3e-3): 0.31 -> 1.0 (reward +1) and 0.31 -> 0.0 (reward -1), ~70 s per run;
+with the trainer's mask removed, clipfrac was 1.0."""
 import json
 import os
 
@@ -18,7 +20,7 @@ from safetensors.torch import load_file
 from test_train import records, train
 
 LEARN = ["--model", "tiny", "--engine", "hf", "--scheduler", "fixed", "--fixed_ratio", "1.0", "--train_games", "4",
-         "--batch_tasks", "4", "--group_size", "8", "--max_steps", "8", "--steps", "6", "--lr", "3e-3",
+         "--task_types", "pick_and_place_simple", "--batch_tasks", "4", "--group_size", "8", "--max_steps", "9", "--steps", "6", "--lr", "3e-3",
          "--warmup_frac", "0", "--eta", "0", "--kl_coef", "0", "--loss_agg", "episode", "--eval_games", "-1",
          "--ckpt_every", "0"]
 pytestmark = pytest.mark.slow
