@@ -45,7 +45,7 @@ def test_cpu_smoke_grid_gives_every_entry_its_step(tmp_path):
         summary = json.load(open(d / "summary.json"))
         assert summary["steps"] == 1 and summary["cfg"]["preset"] == "cpu", n
     again = sh("--cpu", "--smoke", env={"RUN_ROOT": str(tmp_path)})  # complete runs are skipped: resumable
-    assert again.returncode == 0 and again.stdout.count("done already") == len(names)
+    assert again.returncode == 0 and again.stdout.count("[run_all] done already:") == len(names)
 
 
 def test_readme_toy_table_is_rebuilt_from_results():
