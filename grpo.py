@@ -5,7 +5,7 @@ train.py does the micro-batching and the DDP wiring, and tests/test_grpo.py chec
     adv, n_zero = group_advantages(rewards, gid, keep)               # [E] per episode
     opts = trie_options(response_ids, allowed)                        # allowed next tokens per response position
     lp = token_logprobs(logits, targets, options, temperature)        # [b, T] log pi(a_t | s, a_<t)
-    w = agg_weights("episode", row_tokens, episode_tokens, counts)    # [b] weight of each of a row's tokens
+    w = agg_weights("episode", row_tokens, episode_tokens, n_tokens, n_rows, n_episodes)  # [b] per-token weight
     loss, stats = policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp, kl_coef)
 
 Constrained decoding (--constrained 1) samples from the policy restricted to the admissible commands: at each
