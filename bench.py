@@ -1,7 +1,7 @@
 """Benchmarks: each prints a table (and --json PATH writes the same numbers).
 
     python bench.py sched [--json out.json]    # every scheduler on a simulated task population, 5 seeds
-    python bench.py env                        # engine load/reset/step, prefix replay, pool throughput, memory
+    python bench.py env                        # ALFWorld engine + WebShop-lite: reset/step, prefix replay, pool
     python bench.py rollout                    # tokens/s HF vs vLLM, weight-sync time, rollout time split
     python bench.py step                       # one training step's time breakdown for the cpu preset
 """
@@ -206,8 +206,66 @@ def bench_env(args):
         res[f"pool_{w}"] = {"steps_per_s": n / dt, "rss_mb_per_worker": float(np.mean(rss))}
         print(f"  {w} worker(s): {n / dt:6.1f} env-steps/s, RSS {np.mean(rss):.0f} MB per worker "
               f"({32 // w} engine objects per worker, each with its own 34 MB libdownward copy in $TMPDIR)")
+    res["webshop-lite"] = bench_webshop()
     if args.json:
         json.dump(res, open(args.json, "w"), indent=1)
+
+
+def bench_webshop(products=1000):
+    """The WebShop-lite site (this repo's offline backend, not the official WebShop): build, search, page steps,
+    expert replay and pool throughput under random actions (a random query for search[<query>])."""
+    import envs
+    from gamegen import make_catalogue
+    spec = {"env": "webshop", "backend": "lite", "seed": 0, "products": products, "max_steps": 15}
+    print(f"\nWebShop-lite ({products} generated products; not WebShop numbers), ms:")
+    t0 = time.time()
+    make_catalogue(0, products)
+    t_cat = time.time() - t0
+    envs.lite_site.cache_clear()
+    t0 = time.time()
+    env = envs.WebShopEnv(spec)
+    t_site = time.time() - t0
+    words = sorted({w for g in env.goals[:200] for w in envs.expert_query(g).split()})
+    rng = np.random.default_rng(0)
+    ts = []
+    for _ in range(200):
+        t0 = time.time()
+        env.site.search(" ".join(rng.choice(words, 4)))
+        ts.append(time.time() - t0)
+    reset, step, replay = [], [], []
+    for i in range(100):
+        walk = envs.scripted_expert(env, i)[0]
+        t0 = time.time()
+        ep = env.reset(i)
+        reset.append(time.time() - t0)
+        for a in walk:
+            t0 = time.time()
+            env.step(ep, a)
+            step.append(time.time() - t0)
+        t0 = time.time()
+        env.reset(i, walk[:-1])
+        replay.append(time.time() - t0)
+    res = {"catalogue_s": t_cat, "site_build_s": t_site, "search_ms": np.mean(ts) * 1e3,
+           "reset_ms": np.mean(reset) * 1e3, "step_ms": np.mean(step) * 1e3, "replay_L-1_ms": np.mean(replay) * 1e3}
+    print(f"  catalogue {t_cat * 1e3:.0f}, site + BM25 index {t_site * 1e3:.0f}; search {_stats(ts)}; "
+          f"reset {_stats(reset)}; step {_stats(step)}; expert prefix L-1 {_stats(replay)}")
+
+    def rand(adm):  # an ended episode has no admissible action: its steps are refused, which is timed too
+        a = adm[rng.integers(len(adm))] if adm else "click[buy now]"
+        return f"search[{' '.join(rng.choice(words, 3))}]" if a == envs.SEARCH_ACTION else a
+    for w in (1, 2):
+        pool = envs.EnvPool(w, spec)
+        eids = list(range(32))
+        state = pool.run([("reset", e, e // 8, []) for e in eids])
+        t0, n = time.time(), 0
+        for _ in range(8):
+            state = pool.run([("step", e, rand(s["admissible"])) for e, s in zip(eids, state)])
+            n += len(eids)
+        dt = time.time() - t0
+        pool.close()
+        res[f"pool_{w}_steps_per_s"] = n / dt
+        print(f"  pool, {w} worker(s), 32 episodes x 8 random steps: {n / dt:7.1f} env-steps/s")
+    return res
 
 
 # ============================================================================================

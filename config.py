@@ -34,6 +34,8 @@ CHOICES = {
     "engine": ["auto", "vllm", "hf"],
     "prompt": ["full", "compact"],
     "games": ["builtin", "official"],
+    "env": ["alfworld", "webshop"],
+    "webshop_backend": ["lite", "official"],
     "device": ["auto", "cpu", "cuda"],
     "dtype": ["auto", "float32", "bfloat16"],
     "parallel": ["ddp", "fsdp"],
@@ -63,10 +65,16 @@ class Config:
     grad_ckpt: bool = F(False, "gradient checkpointing in the policy")
     parallel: str = F("ddp", "ddp | fsdp (FSDP2 fully_shard; needed for 7B on 80 GB cards)")
     # ---- environment / prompt ----
-    games: str = F("builtin", "builtin (generated offline, shipped) | official ($ALFWORLD_DATA/json_2.1.1)")
-    train_split: str = F("train", "split used for training tasks")
-    eval_split: str = F("valid_unseen", "split used for hint-free validation")
-    task_types: str = F("", "comma list of task types to keep (empty: all six)")
+    env: str = F("alfworld", "alfworld | webshop (same pool, rollout loop, scheduler and evaluation)")
+    games: str = F("builtin", "ALFWorld: builtin (generated offline, shipped) | official ($ALFWORLD_DATA/json_2.1.1)")
+    webshop_backend: str = F("lite", "WebShop: lite (this repo's offline site, labelled webshop-lite) | official "
+                             "($WEBSHOP_PATH checkout; `python envs.py webshop-doctor`)")
+    webshop_products: int = F(1000, "WebShop-lite: products in the generated catalogue")
+    webshop_seed: int = F(0, "WebShop-lite: catalogue and goal seed (fixed across run seeds)")
+    webshop_demos: str = F("", "WebShop: JSON {goal index: [actions]} of expert demonstrations (default: scripted expert)")
+    train_split: str = F("train", "split used for training tasks (WebShop: train = goals 1500+)")
+    eval_split: str = F("valid_unseen", "split for hint-free validation (WebShop: eval = goals 500-1499; test 0-499)")
+    task_types: str = F("", "comma list of ALFWorld task types to keep (empty: all six; WebShop uses every category)")
     train_games: int = F(0, "train on a fixed seeded subset of N games of the split (0 = all)")
     max_steps: int = F(50, "episode step budget; expert-prefix steps count against it")
     history_length: int = F(2, "(observation, action) pairs shown in the prompt")

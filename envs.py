@@ -22,17 +22,14 @@ import argparse
 import collections
 import functools
 import glob
-import importlib.machinery
-import importlib.util
 import json
-import multiprocessing as mp
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
 import sys
-import sysconfig
 import tarfile
 import tempfile
 import time
@@ -44,312 +41,12 @@ BUILTIN_TAR = os.path.join(HERE, "data", "alfworld_builtin.tar.gz")
 BUILTIN = dict(train=240, valid_seen=48, valid_unseen=48)  # games per split in the built-in set
 TASK_TYPES = ["pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
               "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place"]
-ROOMS_FOR_TASK = {"pick_and_place_simple": ["Kitchen", "LivingRoom", "Bedroom", "Bathroom"],
-                  "pick_two_obj_and_place": ["Kitchen", "LivingRoom", "Bedroom", "Bathroom"],
-                  "look_at_obj_in_light": ["LivingRoom", "Bedroom"],
-                  "pick_clean_then_place_in_recep": ["Kitchen", "Bathroom"],
-                  "pick_heat_then_place_in_recep": ["Kitchen"], "pick_cool_then_place_in_recep": ["Kitchen"]}
-SCENES = {"Kitchen": range(1, 31), "LivingRoom": range(201, 231), "Bedroom": range(301, 331),
-          "Bathroom": range(401, 431)}
-APPLIANCE = {"pick_clean_then_place_in_recep": "SinkBasin", "pick_heat_then_place_in_recep": "Microwave",
-             "pick_cool_then_place_in_recep": "Fridge"}
-LAMP_HOLDERS = ["SideTable", "Desk", "Dresser", "Shelf", "CoffeeTable", "DiningTable", "TVStand"]
 INVALID_OBS = "Nothing happens."
 
 
 def _alfworld_env():
     os.environ.setdefault("ALFWORLD_DATA", os.path.join(tempfile.gettempdir(), "alfworld_data"))
 
-
-# ---------------------------------------------------------------------------------------------
-# Game generation (offline). One RNG stream per (seed, split, index, attempt): deterministic and
-# independent of the number of worker processes.
-# ---------------------------------------------------------------------------------------------
-@functools.lru_cache(None)
-def _consts():
-    import alfworld.gen.constants as C
-    val = {r: {o for o in objs if "Sliced" not in o} for r, objs in C.VAL_RECEPTACLE_OBJECTS.items()}
-    static = sorted(r for r in val if r not in set(C.MOVABLE_RECEPTACLES))
-    acts = {k: {o for o in C.VAL_ACTION_OBJECTS[k] if "Sliced" not in o} for k in ("Cleanable", "Heatable", "Coolable")}
-    placeable = {o for objs in val.values() for o in objs} - set(static)
-    return dict(C=C, val=val, static=static, placeable=placeable, movable=set(C.MOVABLE_RECEPTACLES),
-                openable=set(C.OPENABLE_CLASS_LIST) - {"Box"}, clean=acts["Cleanable"], heat=acts["Heatable"],
-                cool=acts["Coolable"], slice=set(C.VAL_ACTION_OBJECTS["Sliceable"]),
-                otypes=sorted((set(C.OBJECTS) - set(static)) | placeable | {"DeskLamp", "FloorLamp", "Knife"}),
-                test_scenes=set(C.TEST_SCENE_NUMBERS))
-
-
-def _mangle(s):  # ALFRED id -> PDDL name (AlfredDemangler undoes it)
-    for a, b in (("-", "_minus_"), ("|", "_bar_"), ("+", "_plus_"), (".", "_dot_"), (",", "_comma_")):
-        s = s.replace(a, b)
-    return s
-
-
-def _thor_id(cls, x, y, z):
-    # basins carry their parent's name first: the demangler shows 'Sink|..|SinkBasin' as 'sinkbasin 1'
-    head = {"SinkBasin": "Sink", "BathtubBasin": "Bathtub"}.get(cls, cls)
-    tail = "|" + cls if cls in ("SinkBasin", "BathtubBasin") else ""
-    return "%s|%+06.2f|%+06.2f|%+06.2f%s" % (head, x, y, z, tail)
-
-
-def _room(rng, scene, room_type, need, min_r, max_r):
-    """Receptacles of an AI2-THOR scene (ids, poses from the layout files), subsampled to a room size,
-    each at its own location (two receptacles at one location confuse the expert)."""
-    import alfworld
-    import numpy as np
-    K = _consts()
-    base = os.path.join(os.path.dirname(alfworld.__file__), "gen", "layouts", "FloorPlan%d" % scene)
-    openable = json.load(open(base + "-openable.json"))
-    scene_objs = json.load(open(base + "-objects.json"))
-    grid = [tuple(p) for p in np.load(base + "-layout.npy").tolist()]
-    recs = []
-    for rid in sorted(openable):
-        head = rid.split("|")[0]
-        rtype = {"Sink": "SinkBasin", "Bathtub": "BathtubBasin"}.get(head, head)
-        if rtype in K["static"]:
-            recs.append({"id": rid if head not in ("Sink", "Bathtub") else None, "type": rtype, "pose": openable[rid]})
-    have = collections.Counter(r["type"] for r in recs)
-    present = set(scene_objs) | {"SinkBasin" for o in scene_objs if o == "Sink"} | \
-        {"BathtubBasin" for o in scene_objs if o == "Bathtub"}
-    for rtype in sorted(present | need):  # types the layout file lacks (burners, toilet, ...)
-        if rtype in K["static"] and have[rtype] == 0:
-            recs += [{"id": None, "type": rtype, "pose": None} for _ in range(rng.randint(1, 2))]
-    rng.shuffle(recs)
-    target = rng.randint(min_r, max_r)
-    while len(recs) > target:  # drop duplicates of the most frequent type first, keep what the task needs
-        cnt = collections.Counter(r["type"] for r in recs)
-        drop = [r for r in recs if cnt[r["type"]] > 1 or r["type"] not in need]
-        if not drop:
-            break
-        top = max(cnt[r["type"]] for r in drop)
-        recs.remove(next(r for r in drop if cnt[r["type"]] == top))
-    ids, used = set(), set()
-    for r in recs:
-        while r["id"] is None or r["id"] in ids:
-            x, z = rng.choice(grid)
-            r["id"] = _thor_id(r["type"], x + rng.uniform(-.6, .6), rng.uniform(0, 2), z + rng.uniform(-.6, .6))
-        ids.add(r["id"])
-    recs.sort(key=lambda r: r["id"])
-    for r in recs + [None]:  # last: the agent's start, which must hold no receptacle
-        for t in range(1000):
-            if r is not None and r["pose"] is not None and t < 8:  # the real interaction pose first
-                x, z, rot, hor = r["pose"]
-                c = (round(x / .25), round(z / .25), round(rot / 90) % 4, int(hor) + rng.choice([0, 15, 30, -15]))
-            else:
-                x, z = rng.choice(grid)
-                c = (round(x / .25), round(z / .25), rng.randrange(4), rng.choice([30, 0, 15, 45]))
-            loc = _mangle("loc|%d|%d|%d|%d" % c)
-            if loc not in used:
-                used.add(loc)
-                break
-        if r is None:
-            return recs, loc, sorted(o for o in scene_objs if o in K["placeable"] or o == "DeskLamp")
-        r["loc"] = loc
-
-
-def _sample_game(rng, split, task_type, args):
-    """One candidate game: (folder name, initial_state.pddl text, traj_data dict) or None."""
-    K = _consts()
-    scenes = [(s, rt) for rt in ROOMS_FOR_TASK[task_type] for s in SCENES[rt]
-              if (s in K["test_scenes"]) == (split == "valid_unseen")]
-    scene, room_type = rng.choice(scenes)
-    app = APPLIANCE.get(task_type)
-    # the task: object, parent receptacle (or lamp), with every type it needs present in the room
-    import alfworld  # noqa: F401
-    pool = json.load(open(os.path.join(os.path.dirname(sys.modules["alfworld"].__file__), "gen", "layouts",
-                                       "FloorPlan%d-objects.json" % scene)))
-    rtypes = K["static"]
-    objs = [o for o in pool if o in K["placeable"]
-            and (not app or o in K[{"SinkBasin": "clean", "Microwave": "heat", "Fridge": "cool"}[app]])]
-    if not objs:
-        return None
-    obj = rng.choice(sorted(objs))
-    holders = sorted(r for r in rtypes if obj in K["val"].get(r, ()))
-    if task_type == "look_at_obj_in_light":
-        if "DeskLamp" not in pool:
-            return None
-        parent, toggle = "", "DeskLamp"
-        need = {rng.choice(LAMP_HOLDERS)}
-    else:
-        parents = [p for p in holders if p != app and any(h not in (p, "Fridge" if app == "Fridge" else p)
-                                                          for h in holders)]
-        if not parents:
-            return None
-        parent, toggle = rng.choice(parents), ""
-        need = {parent} | ({app} if app else set())
-    recs, agent_loc, pool = _room(rng, scene, room_type, need, args.min_receptacles, args.max_receptacles)
-    by_type = collections.defaultdict(list)
-    for r in recs:
-        by_type[r["type"]].append(r)
-    if not need <= set(by_type):
-        return None
-    objects, load = [], collections.Counter()
-
-    def place(otype, types):
-        cands = [r for t in types for r in by_type.get(t, []) if load[r["id"]] < 6]
-        if not cands:
-            return False
-        r = rng.choice(cands)
-        x, y, z = (float(v) for v in r["id"].split("|")[1:4])
-        oid = _thor_id(otype, x + rng.uniform(-.4, .4), y + rng.uniform(0, .3), z + rng.uniform(-.4, .4))
-        load[r["id"]] += 1
-        objects.append({"id": oid, "type": otype, "recep": r})
-        return True
-
-    start = [t for t in by_type if obj in K["val"].get(t, ()) and t != parent and not (app == "Fridge" and t == "Fridge")]
-    surfaces = [t for t in start if t not in K["openable"]]
-    n_target = rng.randint(2, 3) if task_type == "pick_two_obj_and_place" else rng.choice([1, 1, 1, 2, 2, 3])
-    for _ in range(n_target):  # most ALFRED objects start on open surfaces: keeps expert searches realistic
-        place(obj, surfaces if surfaces and rng.random() < args.surface_bias else start)
-    if sum(o["type"] == obj for o in objects) < (2 if task_type == "pick_two_obj_and_place" else 1):
-        return None
-    lamp_at = [t for t in LAMP_HOLDERS if t in by_type]
-    if ("DeskLamp" in pool or toggle) and lamp_at and not place("DeskLamp", lamp_at) and toggle:
-        return None
-    if toggle and not any(o["type"] == "DeskLamp" for o in objects):
-        return None
-    distract = [o for o in pool if o in K["placeable"] and o != obj]
-    rng.shuffle(distract)
-    for otype in distract[:rng.randint(args.min_distractors, args.max_distractors)]:
-        for _ in range(rng.choice([1, 1, 2, 3])):
-            place(otype, [t for t in by_type if otype in K["val"].get(t, ())])
-    return (f"{task_type}-{obj}-None-{parent or toggle}-{scene}",
-            _problem_pddl(recs, objects, agent_loc, task_type, obj, parent, toggle),
-            {"task_type": task_type, "scene": {"scene_num": scene, "room_type": room_type},
-             "pddl_params": {"object_target": obj, "parent_target": parent, "toggle_target": toggle,
-                             "mrecep_target": "", "object_sliced": False},
-             "turk_annotations": {"anns": [{"task_desc": _describe(task_type, obj, parent, toggle)}]}})
-
-
-def _problem_pddl(recs, objects, agent_loc, task_type, obj, parent, toggle):
-    import alfworld.gen.goal_library as glib
-    K = _consts()
-    m = _mangle
-    L = ["(define (problem plan_synthetic)", "(:domain alfred)", "(:objects", "agent1 - agent"]
-    L += ["%sType - otype" % t for t in K["otypes"]] + ["%sType - rtype" % t for t in K["static"]]
-    L += ["%s - object" % m(o["id"]) for o in sorted(objects, key=lambda o: o["id"])]
-    L += ["%s - receptacle" % m(r["id"]) for r in recs]
-    L += ["%s - location" % loc for loc in sorted({r["loc"] for r in recs} | {agent_loc})] + [")", "(:init"]
-    L += ["(receptacleType %s %sType)" % (m(r["id"]), r["type"]) for r in recs]
-    L += ["(objectType %s %sType)" % (m(o["id"]), o["type"]) for o in objects]
-    otypes = sorted({o["type"] for o in objects})
-    # PutObject needs canContain facts; without them the goal is unreachable (the KeyError 'val1' crash)
-    L += ["(canContain %sType %sType)" % (rt, ot) for rt in sorted({r["type"] for r in recs}) for ot in otypes
-          if ot in K["val"].get(rt, ())]
-    for pred, ok in (("pickupable", K["placeable"]), ("isReceptacleObject", K["movable"]), ("cleanable", K["clean"]),
-                     ("heatable", K["heat"]), ("coolable", K["cool"]), ("toggleable", {"DeskLamp"}),
-                     ("sliceable", K["slice"])):
-        L += ["(%s %s)" % (pred, m(o["id"])) for o in objects if o["type"] in ok]
-    L += ["(openable %s)" % m(r["id"]) for r in recs if r["type"] in K["openable"]]
-    L += ["(atLocation agent1 %s)" % agent_loc]
-    L += ["(inReceptacle %s %s)" % (m(o["id"]), m(o["recep"]["id"])) for o in objects]
-    L += ["(receptacleAtLocation %s %s)" % (m(r["id"]), r["loc"]) for r in recs]
-    L += ["(objectAtLocation %s %s)" % (m(o["id"]), o["recep"]["loc"]) for o in objects] + [")"]
-    goal = glib.gdict[task_type]["pddl"].format(obj=obj, recep=parent, toggle=toggle, mrecep="")
-    return "\n".join(L) + "\n" + goal.replace("#", "-") + "\n"  # goal_library writes '#' for PDDL's '-'
-
-
-def _describe(task_type, obj, parent, toggle):
-    o, p = obj.lower(), parent.lower()
-    return {"pick_and_place_simple": f"Put a {o} in the {p}.", "look_at_obj_in_light": f"Look at a {o} under the lamp.",
-            "pick_clean_then_place_in_recep": f"Clean a {o} and put it in the {p}.",
-            "pick_heat_then_place_in_recep": f"Heat a {o} and put it in the {p}.",
-            "pick_cool_then_place_in_recep": f"Cool a {o} and put it in the {p}.",
-            "pick_two_obj_and_place": f"Put two {o}s in the {p}."}[task_type]
-
-
-@functools.lru_cache(None)
-def _generate_script():
-    """alfworld-generate is a script, not a module: load its gen pieces (the __main__ block does not run)."""
-    path = os.path.join(sysconfig.get_path("scripts"), "alfworld-generate")
-    if not os.path.exists(path):
-        path = os.path.join(os.path.dirname(sys.executable), "alfworld-generate")
-    loader = importlib.machinery.SourceFileLoader("alfworld_generate_script", path)
-    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
-    loader.exec_module(mod)
-    return mod
-
-
-def patch_expert():
-    """alfworld 0.4.2: the grammar says 'move X to Y' but the expert's state tracker only knows 'put', so after
-    a move it still believes it holds the object (pick_two then loops). Rewrite for the tracker only."""
-    from alfworld.agents.expert import handcoded_expert as he
-    orig = he.BasePolicy.update_state_tracking
-    if getattr(orig, "_g2_fix", False):
-        return
-
-    def update_state_tracking(self, game_state, last_action):
-        if last_action.startswith("move ") and INVALID_OBS not in game_state["feedback"]:
-            last_action = "put " + last_action[5:]
-        return orig(self, game_state, last_action)
-    update_state_tracking._g2_fix = True
-    he.BasePolicy.update_state_tracking = update_state_tracking
-
-
-_GEN = {}
-
-
-def _gen_one(job):
-    """Worker: generate game `index` of a split, re-sampling until the expert solves it within max_len."""
-    index, split, seed, out, args = job
-    _alfworld_env()
-    patch_expert()
-    if "env" not in _GEN:  # one expert env per process (each PddlEnv pins 34 MB)
-        import textworld
-        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredExpert, AlfredInfos
-        from textworld.envs import PddlEnv
-        env = PddlEnv(textworld.EnvInfos(admissible_commands=True, extras=["gamefile"]))
-        _GEN["env"] = AlfredExpert(AlfredInfos(AlfredDemangler(env, shuffle=False)), expert_type="handcoded")
-    gen = _generate_script()
-    task_type = args.task_types[index % len(args.task_types)]
-    import alfworld
-    base = os.path.join(os.path.dirname(alfworld.__file__), "data")
-    rejected = 0
-    for attempt in range(500):
-        rng = random.Random(f"{seed}/{split}/{index}/{attempt}")
-        cand = _sample_game(rng, split, task_type, args)
-        if cand is None:
-            continue
-        folder, pddl, traj = cand
-        trial = "trial_T%04d_%05d_%03d" % (seed, index, attempt)
-        tmp = tempfile.mkdtemp(prefix="g2gen-")
-        try:
-            for name, text in (("initial_state.pddl", pddl), ("traj_data.json", json.dumps(traj, indent=1))):
-                open(os.path.join(tmp, name), "w").write(text)
-            random.seed(f"{seed}/{split}/{index}/{attempt}/goal")  # add_task_to_grammar and the expert use `random`
-            grammar = gen.add_task_to_grammar(open(os.path.join(base, "alfred.twl2")).read(), traj,
-                                              goal_desc_human_anns_prob=0.0, rng=rng)
-            game = {"pddl_domain": open(os.path.join(base, "alfred.pddl")).read(), "grammar": grammar,
-                    "pddl_problem": pddl, "solvable": None, "walkthrough": None}
-            gpath = os.path.join(tmp, "game.tw-pddl")
-            json.dump(game, open(gpath, "w"))
-            walk, _err = gen.is_solvable(_GEN["env"], gpath)
-            if walk is None or len(walk) > args.max_len:
-                rejected += 1
-                continue
-            game.update(solvable=True, walkthrough=walk)
-            json.dump(game, open(gpath, "w"))
-            dst = os.path.join(out, split, folder, trial)
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            shutil.rmtree(dst, ignore_errors=True)
-            shutil.copytree(tmp, dst)
-            return dst, len(walk), task_type, rejected
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    raise RuntimeError(f"could not generate a solvable {task_type} game (index {index})")
-
-
-def make_games(out, split, n, seed=0, workers=2, max_len=15, min_receptacles=6, max_receptacles=12,
-               surface_bias=0.7, min_distractors=4, max_distractors=10, task_types=TASK_TYPES, progress=True):
-    """Write n solvable games of a split under out/<split>; returns [(dir, L, task_type, rejected)]."""
-    from tqdm import tqdm
-    args = argparse.Namespace(max_len=max_len, min_receptacles=min_receptacles, max_receptacles=max_receptacles,
-                              surface_bias=surface_bias, min_distractors=min_distractors,
-                              max_distractors=max_distractors, task_types=list(task_types))
-    jobs = [(i, split, seed, out, args) for i in range(n)]
-    with mp.get_context("spawn").Pool(workers, maxtasksperchild=40) as pool:
-        res = list(tqdm(pool.imap(_gen_one, jobs), total=n, desc=f"make-games {split}", disable=not progress))
-    return res
 
 
 # ---------------------------------------------------------------------------------------------
@@ -412,8 +109,8 @@ def length_table(tasks):
     for t in tasks:
         by[t["task_type"]].append(t["L"])
     rows = [f"{'task type':32s} {'n':>4s} {'min':>4s} {'mean':>5s} {'max':>4s}"]
-    for tt in TASK_TYPES + ["all"]:
-        L = [t["L"] for t in tasks] if tt == "all" else by.get(tt, [])
+    for tt in [t for t in TASK_TYPES if t in by] + sorted(set(by) - set(TASK_TYPES)) + ["all"]:
+        L = [t["L"] for t in tasks] if tt == "all" else by[tt]
         if L:
             rows.append(f"{tt:32s} {len(L):4d} {min(L):4d} {sum(L) / len(L):5.1f} {max(L):4d}")
     return "\n".join(rows)
@@ -488,7 +185,8 @@ class AlfEnv:
             self.gamefile = gamefile
         s = self.env.reset()
         ep = {"obs": s.feedback, "admissible": list(s["admissible_commands"]), "won": bool(s["won"]),
-              "history": [], "prefix_steps": [], "task": task_text(s.feedback)}
+              "history": [], "prefix_steps": [], "task": task_text(s.feedback), "room": room_text(s.feedback),
+              "room_short": room_text(s.feedback, short=True)}
         for a in prefix:
             if a not in ep["admissible"]:
                 raise RuntimeError(f"expert prefix action {a!r} is not admissible in {gamefile}")
@@ -529,14 +227,372 @@ def room_text(intro, short=False):
 
 
 # ---------------------------------------------------------------------------------------------
+# WebShop: one episode interface over two backends. `lite` is this repo's clean-room site over a generated
+# catalogue (gamegen.make_catalogue); `official` drives the user's own princeton-nlp/WebShop checkout.
+# Both render WebShop's text mode (' [SEP] '-joined page strings), take search[...] / click[...] actions, and
+# report the raw reward (score in [0, 1]); won = (score == 1). Observations drop the instruction (it is the task).
+# ---------------------------------------------------------------------------------------------
+WEBSHOP_SPLITS = {"test": (0, 500), "eval": (500, 1500), "train": (1500, None)}  # paper: goal indices
+SEARCH_ACTION = "search[<query>]"  # the admissible form of a search; the query is free text
+RESULTS_PER_PAGE, SEARCH_K = 10, 50
+COLORS = ["black", "white", "navy", "blue", "red", "grey", "gray", "green", "olive", "pink", "silver", "beige",
+          "ivory", "teal", "brown", "purple", "yellow", "orange", "gold"]
+STOPWORDS = set("a an and the for of to in on with by at from is are be i me my need want looking find get buy "
+                "that this it its under than lower price dollars".split())
+
+
+def parse_webshop_action(action):
+    """'search[red mug]' -> ('search', 'red mug'); 'click[Buy Now]' -> ('click', 'buy now'); else None."""
+    m = re.fullmatch(r"\s*(search|click)\[(.+)\]\s*", action or "", flags=re.S)
+    return (m.group(1), " ".join(m.group(2).lower().split())) if m and m.group(2).strip() else None
+
+
+def webshop_admissible(has_search_bar, clickables):
+    return ([SEARCH_ACTION] if has_search_bar else []) + [f"click[{c}]" for c in clickables if c != "search"]
+
+
+def normalize_color(text):
+    """The first colour word inside text, else text (option values like 'navy blue | white' -> 'navy')."""
+    return next((c for c in COLORS if re.search(rf"\b{c}\b", text)), text)
+
+
+def title_nouns(text):
+    """Content words of a title: the lite stand-in for WebShop's spaCy nouns (no model download). Lower-cased
+    alphabetic tokens of 3+ letters that are not stopwords."""
+    return {w for w in re.findall(r"[a-z]+", text.lower()) if len(w) >= 3 and w not in STOPWORDS}
+
+
+def webshop_reward(goal, product, options):
+    """WebShop's reward form: (attribute matches + option matches + price ok) / (#attributes + #options + 1),
+    times a type factor. product: {Title, BulletPoints, Description, Attributes, price, query, product_category};
+    options: the option values chosen. -> (reward, info)."""
+    from rapidfuzz import fuzz
+    text = " ".join([product["Title"], " ".join(product["BulletPoints"]), product["Description"]]).lower()
+    n_att = sum(any(fuzz.token_set_ratio(pa, a) > 85 for pa in product["Attributes"]) or a.lower() in text
+                for a in goal["attributes"])
+    want = list(goal["goal_options"].values()) if isinstance(goal["goal_options"], dict) else goal["goal_options"]
+    chosen = [normalize_color(v) for v in options]
+    n_opt = sum(any(fuzz.token_set_ratio(normalize_color(v), c) > 85 for c in chosen) for v in want)
+    r_price = float(product["price"] <= goal["price_upper"])
+    query_match = product["query"] == goal["query"]
+    cats = lambda c: {x.strip() for x in c.lower().split("›")}  # noqa: E731
+    category_match = len(cats(product["product_category"]) & cats(goal["product_category"])) >= 2
+    gn = title_nouns(goal["name"])
+    title_score = len(gn & title_nouns(product["Title"])) / len(gn) if gn else 0.2
+    r_type = 1.0 if (query_match or category_match or title_score > 0.2) else 0.5
+    r_type = 0.0 if title_score == 0 else 0.1 if title_score < 0.1 else r_type
+    total = (n_att + n_opt + r_price) / (len(goal["attributes"]) + len(want) + 1) * r_type
+    return total, dict(r_att=n_att, w_att=len(goal["attributes"]), r_option=n_opt, w_option=len(want),
+                       r_price=r_price, r_type=r_type, query_match=query_match, category_match=category_match,
+                       title_score=title_score, reward_impl="webshop-lite")
+
+
+class LiteSite:
+    """The lite backend's site: normalised catalogue (WebShop's load semantics: Title, BulletPoints, lower-cased
+    options with '/' -> ' | ', one price per product), a BM25 index over title + description + first bullet +
+    option text (bm25s, Lucene scoring, k1 0.9, b 0.4, English stopwords, Snowball stems) and the shuffled goals.
+    Page state is a small dict, so one site serves any number of concurrent episodes."""
+
+    def __init__(self, seed=0, n_products=1000):
+        import Stemmer
+        from gamegen import fixed_price, make_catalogue
+        raw, attrs, self.goals = make_catalogue(seed, n_products)
+        self.products = {}
+        for p in raw:
+            opts = {k.lower(): [" ".join(v["value"].lower().replace("/", " | ").split()) for v in vals]
+                    for k, vals in (p["customization_options"] or {}).items()}
+            self.products[p["asin"]] = {
+                "asin": p["asin"], "Title": p["name"], "Description": p["full_description"],
+                "BulletPoints": list(p["small_description"]), "options": opts, "price": fixed_price(p),
+                "Attributes": attrs[p["asin"]]["attributes"], "query": p["query"].lower().strip(),
+                "product_category": p["product_category"]}
+        self.asins = list(self.products)
+        docs = [" ".join([q["Title"], q["Description"], q["BulletPoints"][0],
+                          ", and ".join(f"{k}: {', '.join(v)}" for k, v in q["options"].items())]).lower()
+                for q in self.products.values()]
+        self.stemmer = Stemmer.Stemmer("english")
+        bm25s = import_bm25s()
+        self.bm25 = bm25s.BM25(method="lucene", k1=0.9, b=0.4)
+        self.bm25.index(bm25s.tokenize(docs, stopwords="en", stemmer=self.stemmer, show_progress=False),
+                        show_progress=False)
+
+    def search(self, query, k=SEARCH_K):
+        """Top-k ASINs by BM25 (ties by catalogue order); [] when no query word is in the index."""
+        import numpy as np
+        q = import_bm25s().tokenize([query], stopwords="en", stemmer=self.stemmer, show_progress=False, return_ids=False)[0]
+        if not q:
+            return []
+        s = np.asarray(self.bm25.get_scores(q))
+        order = np.lexsort((np.arange(len(s)), -s))
+        return [self.asins[i] for i in order[:k] if s[i] > 0]
+
+    def view(self, st):
+        """(text observation without the instruction, has_search_bar, clickables) of page state st."""
+        kind = st["kind"]
+        if kind == "search":
+            return "Search", True, ["search"]
+        if kind == "results":
+            n, p = len(st["results"]), st["page"]
+            hits = st["results"][(p - 1) * RESULTS_PER_PAGE:p * RESULTS_PER_PAGE]
+            nav = (["< Prev"] if p > 1 else []) + (["Next >"] if p * RESULTS_PER_PAGE < n else [])
+            parts = ["Back to Search", f"Page {p} (Total results: {n})"] + nav
+            for a in hits:
+                parts += [a, self.products[a]["Title"], f"${self.products[a]['price']:.2f}"]
+            return " [SEP] ".join(parts), False, ["back to search"] + [x.lower() for x in nav] + [a.lower() for a in hits]
+        q = self.products[st["asin"]]
+        if kind == "item":
+            parts, clicks = ["Back to Search", "< Prev"], ["back to search", "< prev"]
+            for name, vals in q["options"].items():
+                parts += [name] + [f"[clicked] {v}" if st["options"].get(name) == v else v for v in vals]
+                clicks += vals
+            parts += [q["Title"], f"Price: ${q['price']:.2f}", "Rating: N.A.", "Description", "Features", "Reviews",
+                      "Buy Now"]
+            return " [SEP] ".join(parts), False, clicks + ["description", "features", "reviews", "buy now"]
+        body = {"description": q["Description"], "features": " [SEP] ".join(q["BulletPoints"]),
+                "reviews": "No reviews yet."}[kind]
+        return f"Back to Search [SEP] < Prev [SEP] {body}", False, ["back to search", "< prev"]
+
+    def move(self, st, kind, arg):
+        """Next page state after a valid action (the caller checked it against the page's clickables)."""
+        if kind == "search":
+            return {"kind": "results", "query": arg, "results": self.search(arg), "page": 1}
+        if arg == "back to search":
+            return {"kind": "search"}
+        if st["kind"] == "results":
+            if arg in ("next >", "< prev"):
+                return {**st, "page": st["page"] + (1 if arg == "next >" else -1)}
+            return {"kind": "item", "asin": arg.upper(), "options": {}, "back": st}
+        if st["kind"] == "item":
+            if arg == "< prev":
+                return st["back"]
+            if arg in ("description", "features", "reviews"):
+                return {**st, "kind": arg, "item": st}
+            name = next(n for n, vals in self.products[st["asin"]]["options"].items() if arg in vals)
+            return {**st, "options": {**st["options"], name: arg}}
+        return st["item"]  # a sub-page's '< prev'
+
+
+def import_bm25s():
+    """bm25s imports numba (so llvmlite) whenever it is installed; vLLM 0.32's CPU kernel dispatcher then trips
+    over llvmlite's library wrapper while it scans sys.modules at engine start ("'_lib_fn_wrapper' object has no
+    attribute 'get'"). We use bm25s's numpy scoring only, so numba is hidden while bm25s imports."""
+    if "bm25s" in sys.modules or "numba" in sys.modules:
+        import bm25s
+        return bm25s
+    sys.modules["numba"] = None  # `import numba` -> ImportError, which bm25s handles
+    try:
+        import bm25s
+    finally:
+        del sys.modules["numba"]
+    return bm25s
+
+
+@functools.lru_cache(4)
+def lite_site(seed=0, n_products=1000):
+    return LiteSite(seed, n_products)
+
+
+def _official_env_class(path=""):
+    """The user's WebShop text environment class. WEBSHOP_PATH (or `path`) is put on sys.path; the PyPI package
+    `webshop` is a stub without it and is not used."""
+    path = path or os.environ.get("WEBSHOP_PATH", "")
+    if path and path not in sys.path:
+        sys.path.insert(0, path)
+    try:
+        from web_agent_site.envs.web_agent_text_env import WebAgentTextEnv
+    except ImportError as e:
+        raise ImportError(f"official WebShop not importable ({e}). Set WEBSHOP_PATH to your princeton-nlp/WebShop "
+                          "checkout and run `python envs.py webshop-doctor`; or use --webshop_backend lite") from e
+    return WebAgentTextEnv
+
+
+_OFFICIAL_SERVER = {}
+
+
+class WebShopEnv:
+    """reset(goal index, prefix) / step(ep, action), the AlfEnv interface. spec: {"backend": "lite"|"official",
+    "seed", "products", "path", "max_steps"}. Lite keeps the page state in the episode dict; official keeps it in
+    its WebAgentTextEnv (one per concurrent episode, all sharing one SimServer: catalogue and index load once)."""
+
+    def __init__(self, spec):
+        self.spec, self.gamefile = spec, None
+        if spec["backend"] == "lite":
+            self.site = lite_site(spec["seed"], spec["products"])
+            self.goals = self.site.goals
+        else:
+            random.seed(spec["seed"])  # WebShop draws goal price caps from the global `random` before its shuffle
+            cls = _official_env_class(spec.get("path", ""))
+            self.env = cls(observation_mode="text", num_products=None, human_goals=True,
+                           server=_OFFICIAL_SERVER.get("server"))
+            _OFFICIAL_SERVER["server"] = self.env.server
+            self.goals = self.env.server.goals
+
+    def reset(self, gamefile, prefix=()):
+        goal = self.goals[gamefile]
+        self.gamefile = gamefile
+        ep = {"goal_index": gamefile, "task": goal["instruction_text"], "history": [], "prefix_steps": [],
+              "won": False, "score": 0.0, "done": False, "steps": 0, "room": "", "room_short": ""}
+        if self.spec["backend"] == "lite":
+            ep["page"] = {"kind": "search"}
+            self._show(ep, *self.site.view(ep["page"]))
+        else:
+            obs, _ = self.env.reset(session=gamefile)
+            self._show(ep, _strip_instruction(obs), *self._official_actions())
+        for a in prefix:
+            if a not in ep["admissible"] and not (parse_webshop_action(a) or ("",))[0] == "search":
+                raise RuntimeError(f"expert prefix action {a!r} is not admissible for WebShop goal {gamefile}")
+            ep["prefix_steps"].append((ep["obs"], ep["admissible"], a))
+            if not self.step(ep, a):
+                raise RuntimeError(f"expert prefix action {a!r} failed for WebShop goal {gamefile}")
+        ep["history"] = [(o, a) for o, _, a in ep["prefix_steps"]]
+        return ep
+
+    def _official_actions(self):
+        av = self.env.get_available_actions()
+        return av["has_search_bar"], [c.lower() for c in av["clickables"]]
+
+    def _show(self, ep, obs, has_search, clicks):
+        ep.update(obs=obs, page_obs=obs, has_search=has_search, clickables=clicks,
+                  admissible=webshop_admissible(has_search, clicks))
+
+    def step(self, ep, action):
+        """Invalid (unparseable, not on this page, after the end or past max_steps): the page stays, the
+        observation says so, and the step still counts."""
+        ep["history"].append((ep["obs"], action if isinstance(action, str) else ""))
+        ep["steps"] += 1
+        act = parse_webshop_action(action) if isinstance(action, str) else None
+        ok = act is not None and not ep["done"] and ep["steps"] <= self.spec["max_steps"] and (
+            (act[0] == "search" and ep["has_search"]) or (act[0] == "click" and act[1] in ep["clickables"]
+                                                          and act[1] != "search"))
+        if not ok:
+            ep["obs"] = "Invalid action. " + ep["page_obs"]
+            return False
+        kind, arg = act
+        if self.spec["backend"] == "lite":
+            if arg == "buy now":
+                goal = self.goals[ep["goal_index"]]
+                ep["score"] = webshop_reward(goal, self.site.products[ep["page"]["asin"]],
+                                             list(ep["page"]["options"].values()))[0]
+                self._finish(ep)
+            else:
+                ep["page"] = self.site.move(ep["page"], kind, arg)
+                self._show(ep, *self.site.view(ep["page"]))
+        else:
+            obs, reward, done, _ = self.env.step(f"{kind}[{arg}]")
+            if done:
+                ep["score"] = float(reward)
+                self._finish(ep)
+            else:
+                self._show(ep, _strip_instruction(obs), *self._official_actions())
+        return True
+
+    def _finish(self, ep):
+        ep.update(done=True, won=ep["score"] == 1.0)
+        self._show(ep, f"Thank you for shopping with us! [SEP] Your score (min 0.0, max 1.0) [SEP] {ep['score']:.2f}",
+                   False, [])
+
+
+def _strip_instruction(obs):
+    """WebShop text pages begin '[WebShop [SEP]] Instruction: [SEP] <instruction> [SEP] ...': keep the rest."""
+    parts = obs.split(" [SEP] ")
+    if parts and parts[0] == "WebShop":
+        parts = parts[1:]
+    if parts and parts[0] == "Instruction:":
+        parts = parts[2:]
+    return " [SEP] ".join(parts)
+
+
+def expert_query(goal):
+    """What the scripted expert types: the instruction up to its options / price clause."""
+    return re.split(r" with |, and price lower than", goal["instruction_text"])[0]
+
+
+def scripted_expert(env, gamefile, max_pages=5):
+    """search[goal words] -> (next pages until the target shows) -> click[target] -> click[each goal option]
+    -> click[buy now], played through env (either backend). -> (actions, score)."""
+    from rapidfuzz import fuzz
+    goal = env.goals[gamefile]
+    ep = env.reset(gamefile)
+    acts = []
+
+    def act(a):
+        acts.append(a)
+        if not env.step(ep, a):
+            raise RuntimeError(f"scripted expert: {a!r} invalid on goal {gamefile}")
+    target = f"click[{goal['asin'].lower()}]"
+    for query in (expert_query(goal), goal["name"].lower()):
+        act(f"search[{query}]")
+        for _ in range(max_pages):
+            if target in ep["admissible"] or "click[next >]" not in ep["admissible"]:
+                break
+            act("click[next >]")
+        if target in ep["admissible"]:
+            break
+        act("click[back to search]")
+    act(target)
+    want = goal["goal_options"].values() if isinstance(goal["goal_options"], dict) else goal["goal_options"]
+    for v in want:
+        opts = [c for c in ep["clickables"] if c not in ("back to search", "< prev", "description", "features",
+                                                          "reviews", "buy now")]
+        if opts:
+            act(f"click[{max(opts, key=lambda c: (c == v.lower(), fuzz.token_set_ratio(c, v.lower())))}]")
+    act("click[buy now]")
+    return acts, ep["score"]
+
+
+def load_webshop_tasks(split, spec, cache=None, demos="", verbose=False):
+    """Tasks of a WebShop split (goal-index ranges of WEBSHOP_SPLITS; ALFWorld's valid_* names mean 'eval').
+    gamefile = the goal index. Walkthroughs: `demos` (JSON {goal index: [actions]}), else the scripted expert
+    (cached per backend and catalogue under cache for the official one, which is slow to play)."""
+    from config import cache_dir
+    name = {"valid_seen": "eval", "valid_unseen": "eval"}.get(split, split)
+    if name not in WEBSHOP_SPLITS:
+        raise ValueError(f"WebShop split {split!r}: expected one of {sorted(WEBSHOP_SPLITS)}")
+    env = WebShopEnv({**spec, "max_steps": 10**6})  # the expert is not bound by the episode step limit
+    lo, hi = WEBSHOP_SPLITS[name]
+    idx = list(range(lo, min(hi or len(env.goals), len(env.goals))))
+    if not idx:
+        raise ValueError(f"WebShop {spec['backend']}: {len(env.goals)} goals, none in split {name} {lo}..{hi}")
+    given = {int(k): v for k, v in json.load(open(demos)).items()} if demos else {}
+    path = os.path.join(cache or cache_dir(), f"webshop_{spec['backend']}_experts_{len(env.goals)}.json")
+    cached = {int(k): v for k, v in json.load(open(path)).items()} if spec["backend"] == "official" and \
+        os.path.exists(path) else {}
+    tasks = []
+    for i in idx:
+        walk = given.get(i) or cached.get(i)
+        if walk is None:
+            walk, score = scripted_expert(env, i)
+            if score < 1.0:
+                continue  # no reward-1 demonstration: no hints to give
+            cached[i] = walk
+        g = env.goals[i]
+        tasks.append({"id": f"webshop-{spec['backend']}/{i}", "gamefile": i, "task_type": g.get("category", "webshop"),
+                      "walkthrough": walk, "L": len(walk)})
+    if spec["backend"] == "official":
+        json.dump(cached, open(path, "w"))
+    if verbose:
+        print(f"[envs] webshop-{spec['backend']} {name}: {len(tasks)} goals (indices {idx[0]}..{idx[-1]})")
+    return tasks
+
+
+# ---------------------------------------------------------------------------------------------
 # Env pool: episodes live in worker processes; requests for one turn go out together.
 # ---------------------------------------------------------------------------------------------
-def _worker_main(fd, cache_translation):
+def _worker_main(fd, spec_json):
     from multiprocessing.connection import Connection
-    _worker(Connection(fd), cache_translation)
+    _worker(Connection(fd), json.loads(spec_json))
 
 
-def _worker(conn, cache_translation):
+def make_env(spec):
+    """spec: {"env": "alfworld", "cache_translation"} or {"env": "webshop", "backend", "seed", "products", ...}."""
+    if spec["env"] == "alfworld":
+        return AlfEnv(spec.get("cache_translation", True))
+    if spec["env"] == "webshop":
+        return WebShopEnv(spec)
+    raise ValueError(f"unknown env {spec['env']!r} (alfworld | webshop)")
+
+
+def _worker(conn, spec):
     """Holds engine objects (one per concurrent episode, reused) and the episodes' Python state."""
     envs, free, eps = [], [], {}  # eps: episode id -> (env index, episode dict)
     while True:
@@ -554,7 +610,7 @@ def _worker(conn, cache_translation):
                     if eid in eps:
                         free.append(eps.pop(eid)[0])
                     if not free:
-                        envs.append(AlfEnv(cache_translation))
+                        envs.append(make_env(spec))
                         free.append(len(envs) - 1)
                     same = [j for j in free if envs[j].gamefile == gamefile]  # skip the load when possible
                     i = same[-1] if same else free[-1]
@@ -571,7 +627,7 @@ def _worker(conn, cache_translation):
                     i, ep = eps[eid]
                     valid = envs[i].step(ep, action)
                     out.append({"ok": True, "valid": valid, "obs": ep["obs"], "admissible": ep["admissible"],
-                                "won": ep["won"]})
+                                "won": ep["won"], "score": ep.get("score", float(ep["won"]))})
                 elif req[0] == "close":
                     if req[1] in eps:  # the engine keeps its game loaded for the next episode of it
                         free.append(eps.pop(req[1])[0])
@@ -591,8 +647,8 @@ class EnvPool:
     restarted; its requests come back as {"ok": False, "error": "worker crashed ..."} and the rest of the batch
     is unaffected. Create the pool before any CUDA initialisation."""
 
-    def __init__(self, num_workers=2, cache_translation=True):
-        self.n, self.cache_translation = max(1, num_workers), cache_translation
+    def __init__(self, num_workers=2, spec=None):
+        self.n, self.spec = max(1, num_workers), spec or {"env": "alfworld"}
         self.procs, self.conns = [None] * self.n, [None] * self.n
         self.restarts, self.home = 0, {}  # home: episode id -> worker
         for w in range(self.n):
@@ -603,7 +659,7 @@ class EnvPool:
         that would re-run a top-level script such as train.py), talking over a socketpair Connection."""
         a, b = socket.socketpair()
         code = (f"import sys; sys.path.insert(0, {HERE!r}); import envs; "
-                f"envs._worker_main({b.fileno()}, {self.cache_translation})")
+                f"envs._worker_main({b.fileno()}, {json.dumps(self.spec)!r})")
         self.procs[w] = subprocess.Popen([sys.executable, "-c", code], pass_fds=[b.fileno()])
         b.close()
         self.conns[w] = Connection(a.detach())
@@ -659,6 +715,79 @@ class EnvPool:
                 self.procs[w].kill()
 
 
+def env_spec(cfg):
+    """What a pool worker needs to build its environment, from the run config."""
+    if cfg.env == "webshop":
+        return {"env": "webshop", "backend": cfg.webshop_backend, "seed": cfg.webshop_seed,
+                "products": cfg.webshop_products, "path": os.environ.get("WEBSHOP_PATH", ""), "max_steps": cfg.max_steps}
+    return {"env": "alfworld"}
+
+
+def tasks_for(cfg, split, verbose=False):
+    """The tasks of a split for the configured environment (ALFWorld games or WebShop goals)."""
+    if cfg.env == "webshop":
+        return load_webshop_tasks(split, env_spec(cfg), cfg.cache_dir or None, cfg.webshop_demos, verbose)
+    return load_tasks(split, cfg.games, cfg.cache_dir or None, cfg.task_types.split(",") if cfg.task_types else None,
+                      verbose)
+
+
+def train_subset(tasks, n):
+    """--train_games: a fixed seeded subset of n tasks (all when n = 0), in split order; balanced over task types
+    in expectation. The same subset in train.py and eval.py."""
+    import numpy as np
+    return [tasks[i] for i in sorted(np.random.default_rng(1234).permutation(len(tasks))[:n])] if n else tasks
+
+
+def webshop_doctor(path=""):
+    """Check an official WebShop setup; -> list of (ok, what, fix). Looks at files and versions, imports nothing
+    heavy: the data files, which product file utils.py points at, the search index against that product set,
+    the spaCy model, and Java against the installed pyserini."""
+    import importlib.util
+    from importlib.metadata import PackageNotFoundError, version
+    path = path or os.environ.get("WEBSHOP_PATH", "")
+    out = []
+    if not path or not os.path.isdir(os.path.join(path, "web_agent_site")):
+        return [(False, f"WEBSHOP_PATH={path or '(unset)'} holds no web_agent_site/",
+                 "git clone https://github.com/princeton-nlp/WebShop and export WEBSHOP_PATH=<that dir>")]
+    out.append((True, f"checkout at {path}", ""))
+    data = os.path.join(path, "data")
+    for f in ("items_shuffle_1000.json", "items_ins_v2_1000.json", "items_human_ins.json"):
+        ok = os.path.exists(os.path.join(data, f))
+        out.append((ok, f"data/{f}", "" if ok else "run ./setup.sh -d small (or -d all); Google Drive via gdown"))
+    utils = os.path.join(path, "web_agent_site", "utils.py")
+    m = re.search(r"DEFAULT_FILE_PATH\s*=.*?['\"]([^'\"]+)['\"]", open(utils).read()) if os.path.exists(utils) else None
+    products = os.path.basename(m.group(1)) if m else "?"
+    full = products == "items_shuffle.json"
+    out.append((os.path.exists(os.path.join(data, products)), f"utils.py DEFAULT_FILE_PATH -> {products}",
+                "" if full else "the paper's split needs the full set: point DEFAULT_FILE_PATH at items_shuffle.json "
+                "(setup.sh -d all)"))
+    docs = os.path.join(path, "search_engine", "resources", "documents.jsonl")
+    n_docs = sum(1 for _ in open(docs)) if os.path.exists(docs) else 0
+    idx_ok = os.path.isdir(os.path.join(path, "search_engine", "indexes")) and n_docs > 0
+    out.append((idx_ok, f"search_engine/indexes ({n_docs} documents in resources/)",
+                "" if idx_ok else "cd search_engine && python convert_product_file_format.py && bash run_indexing.sh"))
+    if idx_ok and os.path.exists(os.path.join(data, products)):
+        n_prod = len(json.load(open(os.path.join(data, products))))
+        out.append((n_prod == n_docs, f"index documents {n_docs} vs products in {products} {n_prod}",
+                    "" if n_prod == n_docs else "rebuild the index after changing DEFAULT_FILE_PATH (the 1000-product "
+                    "index trap)"))
+    sm = importlib.util.find_spec("en_core_web_sm") is not None
+    out.append((sm, "spaCy model en_core_web_sm (goal.py loads it at import)",
+                "" if sm else "python -m spacy download en_core_web_sm (setup.sh fetches en_core_web_lg instead)"))
+    try:
+        pv = version("pyserini")
+    except PackageNotFoundError:
+        pv = None
+    jv = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr if shutil.which("java") else ""
+    jm = re.search(r'version "(\d+)(?:\.(\d+))?', jv)
+    java = (int(jm.group(2)) if jm and jm.group(1) == "1" else int(jm.group(1))) if jm else None
+    need = 21 if pv and tuple(int(x) for x in pv.split(".")[:2]) >= (0, 35) else 11
+    out.append((pv is not None, f"pyserini {pv or 'not installed'}", "" if pv else "pip install pyserini==0.17.0"))
+    out.append((java is not None and java >= need, f"Java {java or 'not found'} (pyserini {pv or '?'} needs >= {need})",
+                "" if java and java >= need else "install a JDK >= 11 and pyserini<=0.25 (0.35+ needs Java 21)"))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -673,48 +802,34 @@ def main():
     g.add_argument("--max_receptacles", type=int, default=12)
     sub.add_parser("make-builtin", help=f"rebuild {os.path.relpath(BUILTIN_TAR, HERE)} ({BUILTIN})")
     s = sub.add_parser("stats", help="split sizes and expert-length distributions")
-    s.add_argument("--games", default="builtin", choices=["builtin", "official"])
+    s.add_argument("--games", default="builtin", choices=["builtin", "official", "webshop-lite"])
+    sub.add_parser("webshop-doctor", help="check an official WebShop setup ($WEBSHOP_PATH): what is missing")
     a = ap.parse_args()
     if a.cmd == "make-games":
+        from gamegen import make_games
         t0 = time.time()
         res = make_games(a.out, a.split, a.n, a.seed, a.workers, a.max_len, a.min_receptacles, a.max_receptacles)
         print(f"{len(res)} games in {time.time() - t0:.0f}s, {sum(r[3] for r in res)} draws re-sampled")
         print(length_table([{"task_type": tt, "L": L} for _, L, tt, _ in res]))
     elif a.cmd == "make-builtin":
+        from gamegen import make_builtin
         make_builtin()
+    elif a.cmd == "webshop-doctor":
+        checks = webshop_doctor()
+        for ok, what, fix in checks:
+            print(f"[{'ok' if ok else 'MISSING'}] {what}" + (f"\n          fix: {fix}" if fix else ""))
+        sys.exit(0 if all(ok for ok, _, _ in checks) else 1)
     else:
         try:
-            for split in ("train", "valid_seen", "valid_unseen"):
-                tasks = load_tasks(split, a.games, verbose=True)
+            for split in ("train", "valid_seen", "valid_unseen") if a.games != "webshop-lite" else ("train", "eval", "test"):
+                if a.games == "webshop-lite":
+                    spec = {"env": "webshop", "backend": "lite", "seed": 0, "products": 1000, "max_steps": 15}
+                    tasks = load_webshop_tasks(split, spec, verbose=True)
+                else:
+                    tasks = load_tasks(split, a.games, verbose=True)
                 print(length_table(tasks))
         except FileNotFoundError as e:
             sys.exit(f"error: {e}")
-
-
-def make_builtin(seed=0):
-    """Regenerate the shipped game set (deterministic for the seed and package versions in the manifest)."""
-    from importlib.metadata import version
-    tmp = tempfile.mkdtemp(prefix="g2builtin-")
-    t0 = time.time()
-    for i, (split, n) in enumerate(BUILTIN.items()):
-        res = make_games(tmp, split, n, seed + i)
-        print(f"{split}: {len(res)} games, {sum(r[3] for r in res)} draws re-sampled")
-        print(length_table([{"task_type": tt, "L": L} for _, L, tt, _ in res]))
-    manifest = {"seeds": {s: seed + i for i, s in enumerate(BUILTIN)}, "games": BUILTIN, "max_len": 15,
-                "receptacles": [6, 12], "surface_bias": 0.7, "generator": "envs.py make-builtin",
-                "versions": {p: version(p) for p in ("alfworld", "textworld", "fast-downward-textworld")}}
-    json.dump(manifest, open(os.path.join(tmp, "manifest.json"), "w"), indent=1, sort_keys=True)
-    os.makedirs(os.path.dirname(BUILTIN_TAR), exist_ok=True)
-    with tarfile.open(BUILTIN_TAR, "w:gz") as tf:  # sorted, fixed mtimes: byte-stable archive contents
-        for root, dirs, files in sorted(os.walk(tmp)):
-            dirs.sort()
-            for f in sorted(files):
-                p = os.path.join(root, f)
-                info = tf.gettarinfo(p, os.path.relpath(p, tmp))
-                info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-                tf.addfile(info, open(p, "rb"))
-    shutil.rmtree(tmp)
-    print(f"wrote {BUILTIN_TAR} ({os.path.getsize(BUILTIN_TAR) / 1e6:.1f} MB) in {time.time() - t0:.0f}s")
 
 
 if __name__ == "__main__":

@@ -26,9 +26,11 @@ from rollout import rollout
 
 def evaluate(engine, pool, tok, tasks, cfg, seed=0, temperature=0.0):
     """Hint-free, one episode per task, greedy (temperature 0) or sampled. Returns {"success", "n", "won",
-    "per_type": {type: success}, "invalid", "out": the rollout output (rows + episodes, for transcripts)}."""
+    "score" (100 x mean raw reward: WebShop's score; ALFWorld's equals success), "per_type": {type: success},
+    "invalid", "out": the rollout output (rows + episodes, for transcripts)}."""
     if not tasks:
-        return {"success": float("nan"), "n": 0, "won": 0, "per_type": {}, "invalid": 0.0, "out": None}
+        return {"success": float("nan"), "n": 0, "won": 0, "score": float("nan"), "per_type": {}, "invalid": 0.0,
+                "out": None}
     ecfg = dataclasses.replace(cfg, temperature=temperature)
     out = rollout(engine, pool, tok, [{"task": t, "n": 0, "R": 1} for t in tasks], ecfg, seed)
     by = collections.defaultdict(list)
@@ -36,6 +38,7 @@ def evaluate(engine, pool, tok, tasks, cfg, seed=0, temperature=0.0):
         by[t["task_type"]].append(e["won"])
     won = [e["won"] for e in out["episodes"]]
     return {"success": sum(won) / len(won), "n": len(won), "won": sum(won),
+            "score": 100 * float(np.mean([e["score"] for e in out["episodes"]])),
             "per_type": {k: sum(v) / len(v) for k, v in sorted(by.items())},
             "invalid": out["stats"]["invalid"] / max(out["stats"]["env_steps"], 1), "out": out}
 
@@ -54,8 +57,11 @@ def in_loop_eval(engine, pool, tok, sets, cfg, step, rank=0, world=1, gather=lam
             if r and rank == 0:
                 write_transcripts(os.path.join(cfg.out_dir, "transcripts", f"step{step:06d}_{name}{suffix}.txt"),
                                   r["out"], tok, header=f"step {step} {name}{suffix} temperature {temp}")
-            got = gather({"won": r["won"], "n": r["n"]} if r else {"won": 0, "n": 0})
+            got = gather({"won": r["won"], "n": r["n"], "score": r["score"] * r["n"]} if r else
+                         {"won": 0, "n": 0, "score": 0.0})
             res[name + suffix] = sum(x["won"] for x in got) / max(sum(x["n"] for x in got), 1)
+            if cfg.env == "webshop":  # WebShop's second metric: 100 x mean raw reward
+                res[name + suffix + "_score"] = sum(x["score"] for x in got) / max(sum(x["n"] for x in got), 1)
     return res
 
 
@@ -193,6 +199,7 @@ def panel(engine, pool, tok, tasks, cfg, seeds, temperature, path):
         for e, t in zip(r["out"]["episodes"], tasks):
             by[t["task_type"]].append(int(e["won"]))
         res["seeds"][str(s)] = {"won": r["won"], "n": r["n"], "success": r["success"], "ci95": wilson(r["won"], r["n"]),
+                                "score": r["score"],
                                 "per_type": {k: {"won": sum(v), "n": len(v), "success": sum(v) / len(v),
                                                  "ci95": wilson(sum(v), len(v))} for k, v in sorted(by.items())},
                                 "invalid": r["invalid"]}
@@ -201,6 +208,7 @@ def panel(engine, pool, tok, tasks, cfg, seeds, temperature, path):
     per = [res["seeds"][str(s)] for s in seeds]
     res["mean"] = float(np.mean([p["success"] for p in per]))
     res["std"] = float(np.std([p["success"] for p in per]))
+    res["score_mean"] = float(np.mean([p["score"] for p in per]))
     res["per_type_mean"] = {k: float(np.mean([p["per_type"][k]["success"] for p in per if k in p["per_type"]]))
                             for k in sorted({k for p in per for k in p["per_type"]})}
     json.dump(res, open(path, "w"), indent=1)
@@ -416,6 +424,12 @@ def run_summary(run, wall_s=None):
             "wall_s": wall_s, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
+def env_label(cfg):
+    """'alfworld', 'webshop' (the official environment) or 'webshop-lite': lite numbers are never WebShop's."""
+    env = cfg.get("env", "alfworld")
+    return "webshop-lite" if env == "webshop" and cfg.get("webshop_backend", "lite") == "lite" else env
+
+
 def run_name(run):
     """runs/x/g2/s0 -> 'g2' (run_all.sh's layout: one directory per seed), else the directory name."""
     base = os.path.basename(os.path.normpath(run))
@@ -451,7 +465,7 @@ def table(runs):
     sums = [run_summary(r) for r in runs]
     groups = collections.defaultdict(list)
     for s in sums:
-        groups[(s["cfg"].get("preset"), s["cfg"].get("games"), s["cfg"].get("env", "alfworld"),
+        groups[(s["cfg"].get("preset"), s["cfg"].get("games"), env_label(s["cfg"]),
                 s["cfg"].get("task_types"))].append(s)
     out = [f"note: these runs come from {len(groups)} different (preset, games, env, task types) settings; "
            "one table each, never mixed"] if len(groups) > 1 else []
@@ -461,7 +475,8 @@ def table(runs):
             rows[run_name(s["run"])].append(s)
         part = {n: t for t, names in PAPER_TABLES for n in names}
         order = {n: i for i, (_, names) in enumerate(PAPER_TABLES) for n in names}
-        sets = [k for k in ("train_panel", "train_panel_sampled", "val", "val_sampled")
+        sets = [k for k in ("train_panel", "train_panel_sampled", "val", "val_sampled", "train_panel_score",
+                            "val_score")
                 if any(k in s["final"] for s in ss)]
         out.append(f"\n**{env} / preset {preset} / games {games}{' / ' + types if types else ''}**\n")
         out.append("| method | seeds | " + " | ".join(f"{k} %" for k in sets) +
@@ -528,32 +543,31 @@ def main():
     cfg, args = get_config(argv, __doc__, extra, base)
     import torch
     from transformers import AutoTokenizer
-    from envs import EnvPool, load_tasks
+    from envs import EnvPool, env_spec, tasks_for, train_subset
     from rollout import make_engine, seed_all
     from tiny import resolve_model
     seed_all(cfg.seed)
-    types = cfg.task_types.split(",") if cfg.task_types else None
-    pool = EnvPool(cfg.num_workers)
+    pool = EnvPool(cfg.num_workers, env_spec(cfg))
     path = resolve_model(cfg)
     device = "cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu"
     tok = AutoTokenizer.from_pretrained(path)
     engine = make_engine(cfg, path, tok, device, cfg.seed)
     if cmd == "panel":
-        tasks = load_tasks(args.split, cfg.games, cfg.cache_dir or None, types)
+        tasks = tasks_for(cfg, args.split)
         temp = 0.0 if args.decode == "greedy" else cfg.temperature
         dec = "greedy" if temp == 0 else f"sampled at T={temp:g}"
         out = args.out or os.path.join(path if os.path.isdir(path) else ".",
                                        f"panel_{args.split}_{'greedy' if temp == 0 else f't{temp:g}'}.json")
         r = panel(engine, pool, tok, tasks, cfg, args.seeds, temp, out)
         pool.close()
-        print(f"{path} | {args.split} ({len(tasks)} games, {cfg.games}) | {dec} | seeds {args.seeds} | success "
-              f"{100 * r['mean']:.1f} ± {100 * r['std']:.1f} %")
+        print(f"{path} | {args.split} ({len(tasks)} {env_label(vars(cfg))} tasks) | {dec} | seeds {args.seeds} | "
+              f"success {100 * r['mean']:.1f} ± {100 * r['std']:.1f} %" +
+              (f" | score {r['score_mean']:.1f}" if cfg.env == "webshop" else ""))
         for k, v in r["per_type_mean"].items():
             print(f"  {k:32s} {100 * v:5.1f}%")
         print(f"({out})")
         return
-    train_tasks = load_tasks(cfg.train_split, cfg.games, cfg.cache_dir or None, types)
-    train_tasks = train_tasks[:cfg.train_games] if cfg.train_games else train_tasks
+    train_tasks = train_subset(tasks_for(cfg, cfg.train_split), cfg.train_games)
     sample = [train_tasks[i] for i in sorted(np.random.default_rng(4321).permutation(len(train_tasks))[:args.tasks])]
     results = []
     outdir = args.out or os.path.join(known.checkpoints or (path if os.path.isdir(path) else "."), "diagnose")

@@ -16,6 +16,7 @@ has log-prob 0 and no gradient, and no mass can drift onto tokens the constraint
 import torch
 
 AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "episode")
+FREE = -2  # in an allowed reply: from here on any token (a free-text slot); see trie_options
 
 
 def group_advantages(rewards, gid, keep=None, eps=1e-6):
@@ -40,11 +41,16 @@ def group_advantages(rewards, gid, keep=None, eps=1e-6):
 
 def trie_options(response, allowed):
     """For each position j of `response`, the allowed next tokens: {s[j] for s in allowed that agree with
-    response[:j]}. response: token ids; allowed: token-id sequences of every admissible reply (each ends with EOS).
-    -> list (len(response)) of sorted lists; an empty list means the prefix left the trie (never for a reply the
-    constrained engine produced)."""
-    out, alive = [], list(allowed)
+    response[:j]}. response: token ids; allowed: token-id sequences of every admissible reply, each ending with
+    EOS, or with FREE: after that literal start anything may follow (a free-text slot, e.g. a search query).
+    -> list (len(response)) of sorted lists, or None where a free slot is open (the whole vocabulary); an empty
+    list means the prefix left the trie (never for a reply the constrained engine produced)."""
+    out, alive, free = [], list(allowed), False
     for j, t in enumerate(response):
+        free = free or any(len(s) > j and s[j] == FREE for s in alive)  # once in a free slot, to the end
+        if free:
+            out.append(None)
+            continue
         out.append(sorted({s[j] for s in alive if len(s) > j}))
         alive = [s for s in alive if len(s) > j and s[j] == t]
     return out
@@ -53,11 +59,12 @@ def trie_options(response, allowed):
 def pad_options(options, T, device=None):
     """Per row, per position lists of allowed ids -> long tensor [b, T, K] padded with -1; K >= 1.
     A row without a constraint (None) is all -1, i.e. the whole vocabulary."""
-    K = max([len(o) for row in options if row is not None for o in row] + [1])
+    K = max([len(o) for row in options if row is not None for o in row if o is not None] + [1])
     out = torch.full((len(options), T, K), -1, dtype=torch.long)
     for b, row in enumerate(options):
         for j, o in enumerate(row or []):
-            out[b, j, :len(o)] = torch.tensor(o, dtype=torch.long)
+            if o is not None:  # None: a free-text position, unconstrained
+                out[b, j, :len(o)] = torch.tensor(o, dtype=torch.long)
     return out.to(device)
 
 

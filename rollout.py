@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from grpo import pad_options, token_logprobs, trie_options
+from grpo import FREE, pad_options, token_logprobs, trie_options
 
 PROMPT_TEXT = (
     "You are a household robot in a text world. Your task is to: "
@@ -33,13 +33,14 @@ def user_message(task, room, history, obs, admissible, step, cfg):
     """The single-turn user message for one decision. history: [(obs, action)], prefix steps included."""
     if cfg.prompt == "compact":  # tiny-model variant: every past action, short observation, action tag only
         done = " | ".join(a for _, a in history) or "-"
-        msg = f"task: {task}\nroom: {room}\ndone: {done}\nnow: {obs}"
+        msg = f"task: {task}\n" + (f"room: {room}\n" if room else "") + f"done: {done}\nnow: {obs}"
         if not cfg.constrained:  # under constrained decoding the decoder already knows the options
             msg += f"\noptions: {' | '.join(admissible)}\nreply: <action> one option </action>"
         return msg
     k = cfg.history_length
     past = history[-k:] if k > 0 else []
-    lines = [f"You are a household robot in a text world. Your task is to: {task}",
+    who = "a shopping agent in a web store" if cfg.env == "webshop" else "a household robot in a text world"
+    lines = [f"You are {who}. Your task is to: {task}",
              f"You have already taken {step} step(s)."]
     if past:
         lines.append(f"Your most recent {len(past)} observation(s) and action(s):")
@@ -47,7 +48,7 @@ def user_message(task, room, history, obs, admissible, step, cfg):
             lines += [f"[Observation {i}] {o}", f"[Action {i}] {a}"]
     lines += [f"Current observation: {obs}", "The actions you can take now: " + ", ".join(admissible),
               "First reason briefly inside <think> </think>, then reply with exactly one of the actions inside "
-              "<action> </action>."]
+              "<action> </action>." + (" For search[<query>], write the query yourself." if cfg.env == "webshop" else "")]
     return "\n".join(lines)
 
 
@@ -83,8 +84,12 @@ def parse_action(text, finished=True):
 #          load_weights(named_tensors)
 # ----------------------------------------------------------------------------------------------
 def choice_ids(tok, commands):
-    """Token sequences of every allowed reply (constrained decoding)."""
-    return [tok.encode(expert_reply(c), add_special_tokens=False) + [tok.eos_token_id] for c in commands]
+    """Token sequences of every allowed reply (constrained decoding). A command with a free-text slot (WebShop's
+    'search[<query>]') allows its literal start, then anything (grpo.FREE): the query is the policy's own text."""
+    from envs import SEARCH_ACTION
+    free = SEARCH_ACTION.split("<")[0]
+    return [tok.encode("<action>" + free, add_special_tokens=False) + [FREE] if c == SEARCH_ACTION else
+            tok.encode(expert_reply(c), add_special_tokens=False) + [tok.eos_token_id] for c in commands]
 
 
 class HFEngine:
@@ -116,7 +121,8 @@ class HFEngine:
                 tries = allowed[b0:b0 + bs]
 
                 def prefix_fn(b, ids, tries=tries):
-                    return trie_options(ids[P:].tolist() + [-1], tries[b])[-1] or [eos]
+                    nxt = trie_options(ids[P:].tolist() + [-1], tries[b])[-1]
+                    return list(range(self.model.config.vocab_size)) if nxt is None else nxt or [eos]
                 kw["prefix_allowed_tokens_fn"] = prefix_fn
             torch.manual_seed(seed + b0)
             g = self.model.generate(input_ids=x, attention_mask=att, do_sample=temperature > 0,
@@ -244,6 +250,8 @@ def trie_mask_processor():
 
             def mask(output_ids, logits):  # logits [V] of one request
                 keep = trie_options(list(output_ids) + [-1], allowed)[-1]
+                if keep is None:  # inside a free-text slot
+                    return logits
                 out = torch.full_like(logits, float("-inf"))
                 if keep:
                     idx = torch.tensor(keep, device=logits.device)
@@ -295,7 +303,6 @@ def _new_eid():
 
 def rollout(engine, pool, tok, groups, cfg, seed=0):
     """Run every group's R episodes to the end. groups: [{"task": task dict, "n": prefix length, "R": int}]."""
-    from envs import room_text
     st = dict(rollouts=0, env_steps=0, gen_tokens=0, t_gen=0.0, t_env=0.0, truncated=0, invalid=0, errors=0,
               prefix_steps=0)
     t_start = time.time()
@@ -315,7 +322,7 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
             st["errors"] += 1
             continue
         e.update(obs=r["obs"], admissible=r["admissible"], history=list(map(tuple, r["history"])), won=r["won"],
-                 goal=r["task"], room=room_text(r["history"][0][0] if r["history"] else r["obs"], cfg.prompt == "compact"))
+                 goal=r["task"], room=r["room_short" if cfg.prompt == "compact" else "room"], score=r.get("score", 0.0))
         e["steps"] = len(e["history"])  # prefix steps count against max_steps
         st["prefix_steps"] += e["steps"]
         if e["gid"] not in aux_done:  # the prefix is shared by the group's R rollouts: one set of aux rows
@@ -365,7 +372,7 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
             e["invalid"] += not row["valid"]
             st["invalid"] += not row["valid"]
             e["history"].append((e["obs"], req[2]))
-            e.update(obs=r["obs"], admissible=r["admissible"], won=r["won"])
+            e.update(obs=r["obs"], admissible=r["admissible"], won=r["won"], score=r["score"])
             e["done"] = e["won"] or e["steps"] >= cfg.max_steps
         turn += 1
     pool.run([("close", e["eid"]) for e in eps])
@@ -374,6 +381,7 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
         reward = cfg.reward_scale * float(e["won"]) - cfg.invalid_penalty * e["invalid"]
         episodes.append({"eid": e["eid"], "gid": e["gid"], "task_id": e["task"]["id"], "n": e["n"],
                          "won": bool(e["won"]), "reward": reward, "steps": e.get("steps", 0),
+                         "score": float(e.get("score", 0.0)) if not e["error"] else 0.0,
                          "invalid": e["invalid"], "error": e["error"]})
         for r in e["rows"]:
             r["reward"] = reward

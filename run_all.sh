@@ -2,7 +2,7 @@
 # run_all.sh: every experiment of the paper, one literal command per method, each seed its own run directory.
 #
 #   bash run_all.sh --dry-run                 # print the whole paper grid and its run count; run nothing
-#   bash run_all.sh [--only main|ablations|clusters|sft|released] [--7b]   # the paper grid (8 GPUs, preset paper)
+#   bash run_all.sh [--only main|ablations|clusters|sft|released|webshop] [--7b]   # the paper grid (8 GPUs, preset paper)
 #   bash run_all.sh --cpu                     # the same grid at toy scale on a CPU (preset cpu, 2 seeds)
 #   bash run_all.sh --cpu --smoke             # every grid entry for one step on a minimal budget (CI)
 #
@@ -30,7 +30,8 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-case "$ONLY" in ""|main|ablations|clusters|sft|released) ;; *) echo "run_all.sh: --only main|ablations|clusters|sft|released" >&2; exit 2 ;; esac
+case "$ONLY" in ""|main|ablations|clusters|sft|released|webshop) ;;
+    *) echo "run_all.sh: --only main|ablations|clusters|sft|released|webshop" >&2; exit 2 ;; esac
 [ "$SMOKE" = 1 ] && [ "$MODE" != cpu ] && { echo "run_all.sh: --smoke goes with --cpu" >&2; exit 2; }
 
 if [ "$MODE" = gpu ]; then
@@ -100,7 +101,20 @@ for s in $SEEDS; do
         run main g2_7b     --scheduler g2   --model Qwen/Qwen2.5-7B-Instruct --parallel fsdp
         run main grpo_7b   --scheduler none --model Qwen/Qwen2.5-7B-Instruct --parallel fsdp
     fi
-    # ---- WebShop rows: not yet (no WebShop environment in this repo yet)
+    # ---- WebShop (SPEC §5): the official environment on the GPU grid (WEBSHOP_PATH, `python envs.py
+    #      webshop-doctor`), max 15 steps; on the CPU the offline webshop-lite site (labelled so, never WebShop's)
+    if [ "$MODE" = gpu ]; then WS=(--env webshop --webshop_backend official --max_steps 15); else WS=(--env webshop); fi
+    run webshop ws_g2          "${WS[@]}" --scheduler g2
+    run webshop ws_grpo        "${WS[@]}" --scheduler none
+    if [ "$MODE" = gpu ]; then
+        run webshop ws_fixed       "${WS[@]}" --scheduler fixed --fixed_ratio 0.5
+        run webshop ws_linear      "${WS[@]}" --scheduler linear
+        run webshop ws_cosine      "${WS[@]}" --scheduler cosine
+        run webshop ws_step        "${WS[@]}" --scheduler step
+        run webshop ws_target_acc  "${WS[@]}" --scheduler target_acc
+        run webshop ws_binary      "${WS[@]}" --scheduler binary --max_probes 2
+        run webshop ws_enum        "${WS[@]}" --scheduler enum
+    fi
 done
 
 if [ "$DRY" = 1 ]; then echo "# $N runs ($MODE$([ "$SMOKE" = 1 ] && echo ", smoke"), seeds: $SEEDS)"; exit 0; fi

@@ -68,18 +68,15 @@ def gather(obj):
 
 
 # ------------------------------------------------------------------ tasks + env pool (before any CUDA work)
-from envs import EnvPool, length_table, load_tasks  # noqa: E402
+from envs import EnvPool, env_spec, length_table, tasks_for, train_subset  # noqa: E402
 
-types = cfg.task_types.split(",") if cfg.task_types else None
-train_tasks = load_tasks(cfg.train_split, cfg.games, cfg.cache_dir or None, types, verbose=master)
-if cfg.train_games:  # a fixed seeded subset, balanced in expectation over the task types
-    train_tasks = [train_tasks[i] for i in sorted(np.random.default_rng(1234).permutation(len(train_tasks))[:cfg.train_games])]
-eval_tasks = load_tasks(cfg.eval_split, cfg.games, cfg.cache_dir or None, types, verbose=master)
+train_tasks = train_subset(tasks_for(cfg, cfg.train_split, verbose=master), cfg.train_games)
+eval_tasks = tasks_for(cfg, cfg.eval_split, verbose=master)
 eval_tasks = [] if cfg.eval_games < 0 else eval_tasks[:cfg.eval_games] if cfg.eval_games else eval_tasks
 panel = [train_tasks[i] for i in np.random.default_rng(1234).permutation(len(train_tasks))[:cfg.train_panel]]
 if master:
     print(length_table(train_tasks))
-pool = EnvPool(cfg.num_workers)
+pool = EnvPool(cfg.num_workers, env_spec(cfg))
 
 # ------------------------------------------------------------------ models, reference, rollout engine, optimizer
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402

@@ -7,7 +7,8 @@ import shutil
 
 import pytest
 
-from envs import AlfEnv, EnvPool, load_tasks, make_games, official_root, room_text, task_text
+from envs import AlfEnv, EnvPool, load_tasks, official_root, room_text, task_text
+from gamegen import make_games
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from grpo import agg_weights, group_advantages, pad_options, policy_loss, token_logprobs, trie_options
+from grpo import FREE, agg_weights, group_advantages, pad_options, policy_loss, token_logprobs, trie_options
 
 
 def test_group_advantages_sign_and_zero_variance():
@@ -37,6 +37,20 @@ def test_trie_options_forced_and_branching_positions():
     assert trie_options([10, 20, 30, 2, 11, 9], allowed) == [[10], [20, 40], [30], [1, 2], [11], [9]]
     assert trie_options([10, 40, 11, 9], allowed) == [[10], [20, 40], [11], [9]]
     assert trie_options([10, 99], allowed)[1] == [20, 40] and trie_options([10, 99, 5], allowed)[2] == []
+
+
+def test_free_text_slot_opens_the_whole_vocabulary_after_its_literal_start():
+    # "<a> click x </a> EOS" = 10 20 30 11 9 ; "<a> search[" = 10 50, then a free query (WebShop's search)
+    allowed = [[10, 20, 30, 11, 9], [10, 50, FREE]]
+    assert trie_options([10, 50, 7, 8, 11, 9], allowed) == [[10], [20, 50], None, None, None, None]
+    assert trie_options([10, 20, 30, 11, 9], allowed) == [[10], [20, 50], [30], [11], [9]]
+    torch.manual_seed(0)
+    logits, targets = torch.randn(1, 4, 60), torch.tensor([[10, 50, 7, 9]])
+    opts = pad_options([trie_options([10, 50, 7, 9], allowed)], 4)
+    lp = token_logprobs(logits, targets, opts)
+    full = torch.log_softmax(logits, -1).gather(-1, targets[..., None])[..., 0]
+    assert lp[0, 0].item() == pytest.approx(0.0, abs=1e-6)  # forced "<a>"
+    assert torch.allclose(lp[0, 2:], full[0, 2:])  # inside the slot: the plain policy, EOS included
 
 
 def test_constrained_logprobs_are_the_renormalised_policy():

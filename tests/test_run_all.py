@@ -10,6 +10,7 @@ MAIN = ["g2", "grpo", "fixed", "linear", "cosine", "step", "target_acc", "binary
 ABLATIONS = ["no_sampling", "uniform", "no_adapt_centre", "no_adapt_spread", "no_aux", "no_grpo"]
 CLUSTERS = ["K1", "K5", "K10", "random"]
 SFT = ["sft_full", "sft_prefix"]
+WEBSHOP = ["ws_" + m for m in MAIN]  # GPU: every main method on the official WebShop; CPU: g2 and grpo on lite
 
 
 def sh(*args, env=None, timeout=60):
@@ -21,7 +22,7 @@ def test_dry_run_lists_the_whole_paper_grid():
     p = sh("--dry-run")
     assert p.returncode == 0, p.stderr
     lines = [x for x in p.stdout.splitlines() if x.startswith("torchrun")]
-    names = MAIN + ABLATIONS + CLUSTERS + SFT + ["released"]
+    names = MAIN + ABLATIONS + CLUSTERS + SFT + ["released"] + WEBSHOP
     assert len(lines) == 5 * len(names) and p.stdout.strip().endswith(f"# {5 * len(names)} runs (gpu, seeds: 0 1 2 3 4)")
     for n in names:
         for s in range(5):
@@ -30,6 +31,8 @@ def test_dry_run_lists_the_whole_paper_grid():
     seven = sh("--dry-run", "--7b").stdout
     assert seven.count("--model Qwen/Qwen2.5-7B-Instruct --parallel fsdp") == 10
     assert sh("--dry-run", "--only", "sft").stdout.count("torchrun") == 10
+    ws = [x for x in sh("--dry-run", "--only", "webshop").stdout.splitlines() if x.startswith("torchrun")]
+    assert len(ws) == 45 and all("--env webshop --webshop_backend official --max_steps 15" in x for x in ws)
     assert sh("--only", "bogus").returncode == 2 and sh("--smoke").returncode == 2
 
 
@@ -37,13 +40,14 @@ def test_dry_run_lists_the_whole_paper_grid():
 def test_cpu_smoke_grid_gives_every_entry_its_step(tmp_path):
     p = sh("--cpu", "--smoke", env={"RUN_ROOT": str(tmp_path), "TQDM_DISABLE": "1"}, timeout=1800)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    names = MAIN + ABLATIONS + CLUSTERS + SFT + ["released_rules"]
+    names = MAIN + ABLATIONS + CLUSTERS + SFT + ["released_rules", "ws_g2", "ws_grpo"]
     for n in names:
         d = tmp_path / n / "s0"
         steps = [json.loads(x) for x in open(d / "log.jsonl") if '"eval"' not in x]
         assert [r["step"] for r in steps] == [0], n
         summary = json.load(open(d / "summary.json"))
         assert summary["steps"] == 1 and summary["cfg"]["preset"] == "cpu", n
+        assert summary["cfg"]["env"] == ("webshop" if n.startswith("ws_") else "alfworld"), n
     again = sh("--cpu", "--smoke", env={"RUN_ROOT": str(tmp_path)})  # complete runs are skipped: resumable
     assert again.returncode == 0 and again.stdout.count("[run_all] done already:") == len(names)
 
