@@ -1,22 +1,25 @@
-"""ALFWorld on the real engine (alfworld + TextWorld's PDDL engine): offline game generation, task
-loading, expert-prefix replay and a pool of worker processes.
+"""The runtime environments behind one episode interface, and the pool of worker processes that plays them.
 
-    python envs.py make-games --split train --n 200 --seed 0 --out DIR   # ALFWorld-format games, offline
-    python envs.py make-builtin                                           # rebuild data/alfworld_builtin.tar.gz
-    python envs.py stats [--games official]                               # split sizes + expert lengths
+    python envs.py stats [--games builtin|official|webshop-lite]        # split sizes + expert lengths
+    python envs.py webshop-doctor                                       # what an official WebShop setup lacks
+    python envs.py make-games ... | make-builtin                        # ALFWorld game generation (gamegen.py)
 
-Games are written in the official layout (<split>/<task>-<obj>-None-<parent>-<scene>/trial_*/ with
-initial_state.pddl, traj_data.json, game.tw-pddl). Walkthroughs come from alfworld's own generator pieces
-(`add_task_to_grammar`, `is_solvable` of the `alfworld-generate` script) and its hand-coded expert, with the
-expert's move/put state-tracking bug patched. Rooms come from the AI2-THOR scene layouts inside the alfworld
-wheel; valid_unseen uses ALFRED's held-out scenes.
+Both environments give `reset(game, prefix) -> episode dict` (obs, admissible, won, history, prefix_steps, task,
+room) and `step(ep, action) -> valid`, so the pool, the rollout loop, the scheduler and eval.py never branch on
+the environment; `--env alfworld|webshop` picks one (env_spec, tasks_for).
 
+ALFWorld: the real engine (alfworld + TextWorld's PDDL engine) on generated (gamegen.py) or official games.
 Engine facts this file works around (each in one small function):
 - every PddlEnv dlopens its own 34 MB copy of libdownward and never frees it: envs are created once per
   worker and reused (`AlfEnv`);
 - the engine's state lives inside that C library (it has get_state but no set_state), so a prefix shared by
   R rollouts cannot be cloned; instead the PDDL translation, which dominates reset, is cached (`_cache_pddl2sas`);
-- fast_downward.pddl2sas overwrites sys.argv; the expert only recognises 'put' (`patch_expert`).
+- fast_downward.pddl2sas overwrites sys.argv; the expert only recognises 'put' (`gamegen.patch_expert`).
+
+WebShop: `official` wraps the user's princeton-nlp/WebShop checkout ($WEBSHOP_PATH, its web_agent_site text
+environment); `lite` is this repo's own clean-room site with the same action grammar, page flow and reward form
+over a generated catalogue (gamegen.make_catalogue), searched with bm25s; lite numbers are labelled webshop-lite.
+Goals are indexed by the paper's split (test 0-499, eval 500-1499, train 1500+) into one fixed goal list.
 """
 import argparse
 import collections

@@ -176,15 +176,23 @@ def test_vllm_logprobs_match_transformers_and_follow_weight_sync(tiny, vllm_eng)
     eng.load_weights(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).state_dict().items())
 
 
-def test_constrained_logprobs_agree_across_engines_and_trainer(tiny, request):
+WEBSHOP_CMDS = [["search[<query>]"], ["search[<query>]", "click[b0abcdef12]", "click[next >]"]] * 3
+
+
+@pytest.mark.parametrize("env", ["alfworld", "webshop"])
+def test_constrained_logprobs_agree_across_engines_and_trainer(tiny, request, env):
     """Under constrained decoding vLLM, HF and the trainer use one distribution: the policy restricted to the
-    admissible-reply trie. Every reply is a canonical admissible reply, and all three log-probs agree (1e-4)."""
+    admissible-reply trie (with WebShop's free-text search slot: after '<action>search[' the whole vocabulary).
+    Every reply is a canonical admissible reply or a search, and all three log-probs agree (1e-4)."""
+    from grpo import FREE
     from rollout import choice_ids, response_logprobs
     path, tok = tiny
     hf = HFEngine(path, tok)
     cmds = [["go to desk 1", "go to desk 2", "take mug 1 from desk 1", "look"],
-            ["open fridge 1", "go to fridge 1", "inventory"]] * 3
+            ["open fridge 1", "go to fridge 1", "inventory"]] * 3 if env == "alfworld" else WEBSHOP_CMDS
     allowed = [choice_ids(tok, c) for c in cmds]
+    free = [s[:-1] for s in allowed[0] if s[-1] == FREE]
+    searched = 0
     prompts = [encode_prompt(tok, f"task: put a mug in the sink.\nnow: you see desk {i}", 512)[0]
                for i in range(len(cmds))]
     engines = [("hf", hf)]
@@ -197,13 +205,16 @@ def test_constrained_logprobs_agree_across_engines_and_trainer(tiny, request):
         for temp in (1.0, 0.7, 0.0):
             outs = eng.generate(prompts, 32, temp, seed=5, allowed=allowed)
             for p, o, al in zip(prompts, outs, allowed):
-                assert o["ids"] in al and o["finished"], (name, temp)  # a canonical admissible reply
+                is_search = bool(free) and o["ids"][:len(free[0])] == free[0]
+                searched += is_search
+                assert is_search or (o["ids"] in al and o["finished"]), (name, temp)  # a canonical admissible reply
                 row = {"prompt_ids": p, "response_ids": o["ids"], "allowed": al}
                 with torch.no_grad():
                     lp = response_logprobs(hf.model, [row], tok.pad_token_id, "cpu", temp if temp > 0 else 1.0)[0][0]
                 assert (lp - torch.tensor(o["logprobs"])).abs().max().item() < 1e-4, (name, temp)
             if temp == 0.0:
                 greedy[name] = outs
+    assert searched >= (len(engines) * 3 * 3 if env == "webshop" else 0)  # the search-only prompts searched
     if "vllm" in greedy:  # same greedy replies and log-probs from both engines
         for a, b in zip(greedy["hf"], greedy["vllm"]):
             assert a["ids"] == b["ids"]
