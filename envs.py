@@ -268,14 +268,17 @@ def title_nouns(text):
 def webshop_reward(goal, product, options):
     """WebShop's reward form: (attribute matches + option matches + price ok) / (#attributes + #options + 1),
     times a type factor. product: {Title, BulletPoints, Description, Attributes, price, query, product_category};
-    options: the option values chosen. -> (reward, info)."""
-    from rapidfuzz import fuzz
+    options: the option values chosen. -> (reward, info). Fuzzy matches: token_set_ratio > 85 after lower-casing
+    and stripping punctuation (so 'large' matches a goal's 'x-large', as in WebShop). One deliberate difference:
+    WebShop matches a synthetic goal's option as the string of its (name, value) pair; we match the value."""
+    from rapidfuzz import fuzz, utils
+    ratio = lambda a, b: fuzz.token_set_ratio(a, b, processor=utils.default_process)  # noqa: E731  (as thefuzz)
     text = " ".join([product["Title"], " ".join(product["BulletPoints"]), product["Description"]]).lower()
-    n_att = sum(any(fuzz.token_set_ratio(pa, a) > 85 for pa in product["Attributes"]) or a.lower() in text
+    n_att = sum(any(ratio(pa, a) > 85 for pa in product["Attributes"]) or a.lower() in text
                 for a in goal["attributes"])
     want = list(goal["goal_options"].values()) if isinstance(goal["goal_options"], dict) else goal["goal_options"]
     chosen = [normalize_color(v) for v in options]
-    n_opt = sum(any(fuzz.token_set_ratio(normalize_color(v), c) > 85 for c in chosen) for v in want)
+    n_opt = sum(any(ratio(normalize_color(v), c) > 85 for c in chosen) for v in want)
     r_price = float(product["price"] <= goal["price_upper"])
     query_match = product["query"] == goal["query"]
     cats = lambda c: {x.strip() for x in c.lower().split("›")}  # noqa: E731
@@ -423,10 +426,14 @@ class WebShopEnv:
             self.site = lite_site(spec["seed"], spec["products"])
             self.goals = self.site.goals
         else:
-            random.seed(spec["seed"])  # WebShop draws goal price caps from the global `random` before its shuffle
             cls = _official_env_class(spec.get("path", ""))
+            if "server" not in _OFFICIAL_SERVER:  # the first env of the process builds the catalogue and goals
+                random.seed(spec["seed"])  # WebShop draws goal price caps from the global `random` before its shuffle
+            # the session key is prefix + goal index, and the page state lives in the shared server under it: every
+            # env object (one per concurrent episode) needs its own prefix, or R rollouts of a goal share one page
+            _OFFICIAL_SERVER["n"] = _OFFICIAL_SERVER.get("n", 0) + 1
             self.env = cls(observation_mode="text", num_products=None, human_goals=True,
-                           server=_OFFICIAL_SERVER.get("server"))
+                           server=_OFFICIAL_SERVER.get("server"), session_prefix=f"g2-{os.getpid()}-{_OFFICIAL_SERVER['n']}-")
             _OFFICIAL_SERVER["server"] = self.env.server
             self.goals = self.env.server.goals
 
@@ -452,7 +459,8 @@ class WebShopEnv:
 
     def _official_actions(self):
         av = self.env.get_available_actions()
-        return av["has_search_bar"], [c.lower() for c in av["clickables"]]
+        self.click_as = {" ".join(c.lower().split()): c for c in av["clickables"]}  # our normalised text -> theirs
+        return av["has_search_bar"], list(self.click_as)
 
     def _show(self, ep, obs, has_search, clicks):
         ep.update(obs=obs, page_obs=obs, has_search=has_search, clickables=clicks,
@@ -481,7 +489,7 @@ class WebShopEnv:
                 ep["page"] = self.site.move(ep["page"], kind, arg)
                 self._show(ep, *self.site.view(ep["page"]))
         else:
-            obs, reward, done, _ = self.env.step(f"{kind}[{arg}]")
+            obs, reward, done, _ = self.env.step(f"{kind}[{self.click_as.get(arg, arg) if kind == 'click' else arg}]")
             if done:
                 ep["score"] = float(reward)
                 self._finish(ep)
@@ -545,8 +553,11 @@ def scripted_expert(env, gamefile, max_pages=5):
 
 def load_webshop_tasks(split, spec, cache=None, demos="", verbose=False):
     """Tasks of a WebShop split (goal-index ranges of WEBSHOP_SPLITS; ALFWorld's valid_* names mean 'eval').
-    gamefile = the goal index. Walkthroughs: `demos` (JSON {goal index: [actions]}), else the scripted expert
-    (cached per backend and catalogue under cache for the official one, which is slow to play)."""
+    gamefile = the goal index. Evaluation splits keep every goal of their range (hint-free evaluation needs no
+    walkthrough). The train split keeps the goals with a reward-1 walkthrough: from `demos` (JSON {goal index:
+    [actions]}), else from the scripted expert (for the official backend cached under `cache`, failures included,
+    keyed by the goal list, since playing ~10k goals takes a while)."""
+    import hashlib
     from config import cache_dir
     name = {"valid_seen": "eval", "valid_unseen": "eval"}.get(split, split)
     if name not in WEBSHOP_SPLITS:
@@ -556,23 +567,29 @@ def load_webshop_tasks(split, spec, cache=None, demos="", verbose=False):
     idx = list(range(lo, min(hi or len(env.goals), len(env.goals))))
     if not idx:
         raise ValueError(f"WebShop {spec['backend']}: {len(env.goals)} goals, none in split {name} {lo}..{hi}")
-    given = {int(k): v for k, v in json.load(open(demos)).items()} if demos else {}
-    path = os.path.join(cache or cache_dir(), f"webshop_{spec['backend']}_experts_{len(env.goals)}.json")
-    cached = {int(k): v for k, v in json.load(open(path)).items()} if spec["backend"] == "official" and \
-        os.path.exists(path) else {}
+    walks = {int(k): v for k, v in json.load(open(demos)).items()} if demos else {}
+    path = None
+    if spec["backend"] == "official" and name == "train":
+        key = hashlib.sha1(json.dumps([(g["asin"], g["instruction_text"]) for g in env.goals]).encode()).hexdigest()
+        path = os.path.join(cache or cache_dir(), f"webshop_official_experts_{key[:12]}.json")
+        walks = {**({int(k): v for k, v in json.load(open(path)).items()} if os.path.exists(path) else {}), **walks}
     tasks = []
     for i in idx:
-        walk = given.get(i) or cached.get(i)
-        if walk is None:
-            walk, score = scripted_expert(env, i)
-            if score < 1.0:
-                continue  # no reward-1 demonstration: no hints to give
-            cached[i] = walk
+        if name == "train" and i not in walks:
+            try:
+                walk, score = scripted_expert(env, i)
+            except RuntimeError:  # the target never showed up in the results
+                walk, score = None, 0.0
+            walks[i] = walk if score == 1.0 else None
+        walk = walks.get(i) or []
+        if name == "train" and not walk:
+            continue  # no reward-1 demonstration: no hints to give
         g = env.goals[i]
         tasks.append({"id": f"webshop-{spec['backend']}/{i}", "gamefile": i, "task_type": g.get("category", "webshop"),
                       "walkthrough": walk, "L": len(walk)})
-    if spec["backend"] == "official":
-        json.dump(cached, open(path, "w"))
+    if path:  # atomic: every rank writes the same content
+        json.dump(walks, open(path + f".{os.getpid()}", "w"))
+        os.replace(path + f".{os.getpid()}", path)
     if verbose:
         print(f"[envs] webshop-{spec['backend']} {name}: {len(tasks)} goals (indices {idx[0]}..{idx[-1]})")
     return tasks
@@ -824,13 +841,17 @@ def main():
         sys.exit(0 if all(ok for ok, _, _ in checks) else 1)
     else:
         try:
-            for split in ("train", "valid_seen", "valid_unseen") if a.games != "webshop-lite" else ("train", "eval", "test"):
-                if a.games == "webshop-lite":
-                    spec = {"env": "webshop", "backend": "lite", "seed": 0, "products": 1000, "max_steps": 15}
-                    tasks = load_webshop_tasks(split, spec, verbose=True)
-                else:
-                    tasks = load_tasks(split, a.games, verbose=True)
-                print(length_table(tasks))
+            if a.games == "webshop-lite":  # every goal of every split through the scripted expert
+                env = WebShopEnv({"env": "webshop", "backend": "lite", "seed": 0, "products": 1000, "max_steps": 99})
+                for split, (lo, hi) in WEBSHOP_SPLITS.items():
+                    idx = range(lo, min(hi or len(env.goals), len(env.goals)))
+                    res = [scripted_expert(env, i) for i in idx]
+                    print(f"[envs] webshop-lite {split}: {len(idx)} goals, scripted expert reward 1 on "
+                          f"{sum(s == 1.0 for _, s in res)}")
+                    print(length_table([{"task_type": env.goals[i]["category"], "L": len(w)} for i, (w, _) in zip(idx, res)]))
+                return
+            for split in ("train", "valid_seen", "valid_unseen"):
+                print(length_table(load_tasks(split, a.games, verbose=True)))
         except FileNotFoundError as e:
             sys.exit(f"error: {e}")
 

@@ -83,13 +83,28 @@ def parse_action(text, finished=True):
 #          allowed: per prompt, the token sequences of every admissible reply (choice_ids), or None (free text)
 #          load_weights(named_tensors)
 # ----------------------------------------------------------------------------------------------
+def _free_head():
+    from envs import SEARCH_ACTION
+    return "<action>" + SEARCH_ACTION.split("<")[0]  # '<action>search['
+
+
 def choice_ids(tok, commands):
     """Token sequences of every allowed reply (constrained decoding). A command with a free-text slot (WebShop's
     'search[<query>]') allows its literal start, then anything (grpo.FREE): the query is the policy's own text."""
     from envs import SEARCH_ACTION
-    free = SEARCH_ACTION.split("<")[0]
-    return [tok.encode("<action>" + free, add_special_tokens=False) + [FREE] if c == SEARCH_ACTION else
+    return [tok.encode(_free_head(), add_special_tokens=False) + [FREE] if c == SEARCH_ACTION else
             tok.encode(expert_reply(c), add_special_tokens=False) + [tok.eos_token_id] for c in commands]
+
+
+def expert_ids(tok, action):
+    """An expert action as reply token ids + EOS (aux loss and SFT targets), tokenised along a path the constrained
+    decoder allows: a search's literal start is encoded on its own, as choice_ids has it (a tokenizer may merge
+    '[' with the query's first letters)."""
+    reply, head = expert_reply(action), _free_head()
+    if reply.startswith(head):
+        return tok.encode(head, add_special_tokens=False) + tok.encode(reply[len(head):], add_special_tokens=False) \
+            + [tok.eos_token_id]
+    return tok.encode(reply, add_special_tokens=False) + [tok.eos_token_id]
 
 
 class HFEngine:
@@ -100,6 +115,7 @@ class HFEngine:
         from transformers import AutoModelForCausalLM
         self.tok, self.device = tok, device
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device).eval()
+        self.vocab = list(range(self.model.config.vocab_size))  # a free-text slot allows every token
 
     def load_weights(self, named_tensors):
         self.model.load_state_dict(dict(named_tensors), strict=True)
@@ -122,7 +138,7 @@ class HFEngine:
 
                 def prefix_fn(b, ids, tries=tries):
                     nxt = trie_options(ids[P:].tolist() + [-1], tries[b])[-1]
-                    return list(range(self.model.config.vocab_size)) if nxt is None else nxt or [eos]
+                    return self.vocab if nxt is None else nxt or [eos]
                 kw["prefix_allowed_tokens_fn"] = prefix_fn
             torch.manual_seed(seed + b0)
             g = self.model.generate(input_ids=x, attention_mask=att, do_sample=temperature > 0,
@@ -322,7 +338,8 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
             st["errors"] += 1
             continue
         e.update(obs=r["obs"], admissible=r["admissible"], history=list(map(tuple, r["history"])), won=r["won"],
-                 goal=r["task"], room=r["room_short" if cfg.prompt == "compact" else "room"], score=r.get("score", 0.0))
+                 goal=r["task"], room=r["room_short" if cfg.prompt == "compact" else "room"],
+                 score=r.get("score", float(r["won"])))
         e["steps"] = len(e["history"])  # prefix steps count against max_steps
         st["prefix_steps"] += e["steps"]
         if e["gid"] not in aux_done:  # the prefix is shared by the group's R rollouts: one set of aux rows
@@ -330,8 +347,7 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
             for t, (o, adm, a) in enumerate(r["prefix_steps"]):
                 msg = user_message(e["goal"], e["room"], e["history"][:t], o, adm, t, cfg)
                 ids, tr = encode_prompt(tok, msg, cfg.max_prompt_tokens)
-                aux.append({"prompt_ids": ids, "response_ids": tok.encode(expert_reply(a), add_special_tokens=False)
-                            + [tok.eos_token_id], "gid": e["gid"], "t": t})
+                aux.append({"prompt_ids": ids, "response_ids": expert_ids(tok, a), "gid": e["gid"], "t": t})
         e["done"] = e["won"] or e["steps"] >= cfg.max_steps
     turn = 0
     while True:

@@ -219,3 +219,19 @@ def test_constrained_logprobs_agree_across_engines_and_trainer(tiny, request, en
         for a, b in zip(greedy["hf"], greedy["vllm"]):
             assert a["ids"] == b["ids"]
             assert max(abs(x - y) for x, y in zip(a["logprobs"], b["logprobs"])) < 1e-4
+
+
+def test_expert_targets_follow_the_constrained_paths(tiny):
+    """Aux/SFT targets are replies the constrained decoder can produce: every token stays in the trie (a search's
+    '<action>search[' start tokenised on its own, then the free query)."""
+    from envs import SEARCH_ACTION
+    from grpo import trie_options
+    from rollout import choice_ids, expert_ids
+    _, tok = tiny
+    for action, cmds in [("search[red cotton t-shirt]", [SEARCH_ACTION, "click[b0abcdef12]"]),
+                         ("click[b0abcdef12]", [SEARCH_ACTION, "click[b0abcdef12]", "click[next >]"]),
+                         ("go to desk 1", ["go to desk 1", "look"])]:
+        ids = expert_ids(tok, action)
+        assert tok.decode(ids, skip_special_tokens=True) == expert_reply(action) and ids[-1] == tok.eos_token_id
+        opts = trie_options(ids, choice_ids(tok, cmds))
+        assert all(o is None or t in o for o, t in zip(opts, ids)), action

@@ -16,7 +16,7 @@ from gamegen import make_catalogue
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAKE = os.path.join(HERE, "fake_webshop")
-LITE = {"env": "webshop", "backend": "lite", "seed": 0, "products": 300, "max_steps": 15}
+LITE = {"env": "webshop", "backend": "lite", "seed": 0, "products": 520, "max_steps": 15}  # 1650 goals
 
 
 @pytest.fixture(scope="module")
@@ -25,12 +25,16 @@ def lite():
 
 
 def test_scripted_expert_reaches_reward_1_on_every_goal_of_a_split(lite):
-    tasks = load_webshop_tasks("test", LITE)
-    assert [t["gamefile"] for t in tasks] == list(range(500))  # none skipped: every goal has a reward-1 walk
-    for t in tasks[:200]:
+    for i in range(*WEBSHOP_SPLITS["test"]):
+        walk, score = scripted_expert(lite, i)
+        assert score == 1.0 and walk[0].startswith("search[") and walk[-1] == "click[buy now]", i
+    train = load_webshop_tasks("train", LITE)
+    assert [t["gamefile"] for t in train] == list(range(1500, len(lite.goals)))  # every train goal has hints
+    for t in train[:100]:
         ep = lite.reset(t["gamefile"], t["walkthrough"][:-1])  # the expert prefix replays, then the last step
         assert lite.step(ep, t["walkthrough"][-1]) and ep["score"] == 1.0 and ep["won"] and ep["done"]
-        assert t["walkthrough"][0].startswith("search[") and t["walkthrough"][-1] == "click[buy now]"
+    evals = load_webshop_tasks("valid_unseen", LITE)  # ALFWorld's name means WebShop's eval range
+    assert [t["gamefile"] for t in evals] == list(range(500, 1500))
 
 
 def test_random_actions_score_about_zero_and_never_crash(lite):
@@ -114,8 +118,7 @@ def _official_path(kind):
     if kind == "fake":
         return FAKE
     path = os.environ.get("WEBSHOP_PATH", "")
-    if not path or importlib.util.find_spec("web_agent_site") is None and not os.path.isdir(
-            os.path.join(path, "web_agent_site")):
+    if not os.path.isdir(os.path.join(path, "web_agent_site")) and importlib.util.find_spec("web_agent_site") is None:
         reason = "no real web_agent_site importable (set WEBSHOP_PATH to a princeton-nlp/WebShop checkout)"
         print(f"[test_webshop] skipped the real-WebShop contract run: {reason}")
         pytest.skip(reason)
@@ -137,13 +140,16 @@ def official(request):
 def test_official_wrapper_contract(official, tmp_path):
     env = WebShopEnv(official)
     n = len(env.goals)
-    # split indexing: the paper's goal-index ranges, gamefile = the index into the server's goal list
-    test = load_webshop_tasks("test", official, cache=str(tmp_path))
-    assert [t["gamefile"] for t in test] == [i for i in range(min(500, n)) if i in {t["gamefile"] for t in test}]
-    assert all(0 <= t["gamefile"] < 500 for t in test) and len(test) >= 0.9 * min(500, n)
-    if n > 1500:
-        assert all(t["gamefile"] >= 1500 for t in load_webshop_tasks("train", official, cache=str(tmp_path))[:50])
-    t = test[0]
+    assert n > 1500, "the contract needs goals in all three ranges"
+    # split indexing: the paper's goal-index ranges into the server's goal list; evaluation keeps every goal
+    assert [t["gamefile"] for t in load_webshop_tasks("test", official, cache=str(tmp_path))] == list(range(500))
+    assert [t["gamefile"] for t in load_webshop_tasks("eval", official, cache=str(tmp_path))] == list(range(500, 1500))
+    train = load_webshop_tasks("train", official, cache=str(tmp_path))
+    assert len(train) >= 0.9 * (n - 1500) and all(1500 <= t["gamefile"] < n and t["L"] >= 3 for t in train)
+    assert len(os.listdir(tmp_path)) == 1  # the expert walks are cached (failures too) for the next launch
+    assert [t["walkthrough"] for t in load_webshop_tasks("train", official, cache=str(tmp_path))] == \
+        [t["walkthrough"] for t in train]
+    t = train[0]
     ep = env.reset(t["gamefile"])
     assert ep["task"] == env.goals[t["gamefile"]]["instruction_text"] and ep["admissible"] == [SEARCH_ACTION]
     assert "Instruction:" not in ep["obs"]  # the instruction is the task, not part of the observation
@@ -154,13 +160,20 @@ def test_official_wrapper_contract(official, tmp_path):
     assert env.step(ep, "click[buy now]") and 0.0 <= ep["score"] < 1.0 and not ep["won"] and ep["done"]
     if hasattr(env.env, "last_reward"):
         assert ep["score"] == env.env.last_reward
+    # R rollouts of one goal run side by side in one process: each keeps its own page (own session)
+    other = WebShopEnv(official)
+    ep1 = env.reset(t["gamefile"], t["walkthrough"][:-1])  # on the item page, options chosen
+    ep2 = other.reset(t["gamefile"], t["walkthrough"][:1])  # the same goal, on its results page
+    assert env.step(ep1, "click[buy now]") and ep1["score"] == 1.0
+    assert other.step(ep2, t["walkthrough"][1]) and "Buy Now" in ep2["obs"]
     # step limit: max_steps (6) counted steps, then every action is refused
     ep = env.reset(t["gamefile"])
     assert env.step(ep, "search[anything]")
     for _ in range(5):
         env.step(ep, "click[< prev]" if "click[< prev]" in ep["admissible"] else "click[next >]")
     assert not env.step(ep, "click[back to search]") and ep["steps"] == 7
-    # every worker process sees the same goal for the same index
+    # every worker process sees the same goal for the same index (price caps come from the global `random`,
+    # which the wrapper seeds before the server is built; unseeded, the workers' instructions would differ)
     pool = EnvPool(2, official)
     try:
         a = pool.run([("reset", 1, 3, []), ("reset", 2, 7, [])])  # goal 7 -> worker 1
