@@ -1,6 +1,7 @@
 """Evaluation: the hint-free panel, the paper's diagnostic protocol (SPEC §6), the dynamics figure, and tables.
 
     python eval.py panel --model CKPT [--split valid_unseen] [--games builtin|official] [--seeds 0 1 2] [--decode greedy|sampled]
+    python eval.py panel --model CKPT --env webshop --split eval     # WebShop: success and score (100 x mean reward)
     python eval.py diagnose --model CKPT [--tasks 8] [--rollouts 32] [--grid 0.1] [--checkpoints RUN_DIR]
     python eval.py dynamics RUN_DIR... [--out docs/dynamics.png]
     python eval.py table RUN_DIR...
