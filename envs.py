@@ -647,7 +647,8 @@ def _worker(conn, spec):
                     i, ep = eps[eid]
                     valid = envs[i].step(ep, action)
                     out.append({"ok": True, "valid": valid, "obs": ep["obs"], "admissible": ep["admissible"],
-                                "won": ep["won"], "score": ep.get("score", float(ep["won"]))})
+                                "won": ep["won"], "score": ep.get("score", float(ep["won"])),
+                                "done": ep.get("done", ep["won"])})  # WebShop: any purchase ends the episode
                 elif req[0] == "close":
                     if req[1] in eps:  # the engine keeps its game loaded for the next episode of it
                         free.append(eps.pop(req[1])[0])

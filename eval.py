@@ -58,11 +58,11 @@ def in_loop_eval(engine, pool, tok, sets, cfg, step, rank=0, world=1, gather=lam
             if r and rank == 0:
                 write_transcripts(os.path.join(cfg.out_dir, "transcripts", f"step{step:06d}_{name}{suffix}.txt"),
                                   r["out"], tok, header=f"step {step} {name}{suffix} temperature {temp}")
-            got = gather({"won": r["won"], "n": r["n"], "score": r["score"] * r["n"]} if r else
-                         {"won": 0, "n": 0, "score": 0.0})
+            got = gather({"won": r["won"], "n": r["n"], "reward": sum(e["score"] for e in r["out"]["episodes"])}
+                         if r else {"won": 0, "n": 0, "reward": 0.0})
             res[name + suffix] = sum(x["won"] for x in got) / max(sum(x["n"] for x in got), 1)
-            if cfg.env == "webshop":  # WebShop's second metric: 100 x mean raw reward
-                res[name + suffix + "_score"] = sum(x["score"] for x in got) / max(sum(x["n"] for x in got), 1)
+            if cfg.env == "webshop":  # WebShop's second metric, mean raw reward (the paper's score / 100)
+                res[name + suffix + "_score"] = sum(x["reward"] for x in got) / max(sum(x["n"] for x in got), 1)
     return res
 
 
@@ -456,7 +456,9 @@ PAPER_TABLES = [  # run_all.sh's names, grouped like the paper's tables
                                      "released", "released_rules", "g2_7b", "grpo_7b"]),
     ("Table 3: ablations", ["no_sampling", "uniform", "no_adapt_centre", "no_adapt_spread", "no_aux", "no_grpo"]),
     ("Table 8: clusters (K = 3 is g2)", ["K1", "K5", "K10", "random"]),
-    ("SFT baselines", ["sft_full", "sft_prefix"])]
+    ("SFT baselines", ["sft_full", "sft_prefix"]),
+    ("WebShop (Tables 1-2)", ["ws_g2", "ws_grpo", "ws_fixed", "ws_linear", "ws_cosine", "ws_step", "ws_target_acc",
+                              "ws_binary", "ws_enum"])]
 
 
 def table(runs):
@@ -466,11 +468,15 @@ def table(runs):
     sums = [run_summary(r) for r in runs]
     groups = collections.defaultdict(list)
     for s in sums:
-        groups[(s["cfg"].get("preset"), s["cfg"].get("games"), env_label(s["cfg"]),
-                s["cfg"].get("task_types"))].append(s)
-    out = [f"note: these runs come from {len(groups)} different (preset, games, env, task types) settings; "
+        c = s["cfg"]
+        data = f"games {c.get('games')}{' / ' + c['task_types'] if c.get('task_types') else ''}" \
+            if c.get("env", "alfworld") == "alfworld" else \
+            f"{c.get('webshop_products')} products, catalogue seed {c.get('webshop_seed')}" \
+            if c.get("webshop_backend") == "lite" else "official goals and products"
+        groups[(env_label(c), c.get("preset"), data)].append(s)
+    out = [f"note: these runs come from {len(groups)} different (environment, preset, data) settings; "
            "one table each, never mixed"] if len(groups) > 1 else []
-    for (preset, games, env, types), ss in groups.items():
+    for (env, preset, data), ss in groups.items():
         rows = collections.defaultdict(list)
         for s in ss:
             rows[run_name(s["run"])].append(s)
@@ -479,8 +485,9 @@ def table(runs):
         sets = [k for k in ("train_panel", "train_panel_sampled", "val", "val_sampled", "train_panel_score",
                             "val_score")
                 if any(k in s["final"] for s in ss)]
-        out.append(f"\n**{env} / preset {preset} / games {games}{' / ' + types if types else ''}**\n")
-        out.append("| method | seeds | " + " | ".join(f"{k} %" for k in sets) +
+        out.append(f"\n**{env} / preset {preset} / {data}**\n")
+        out.append("| method | seeds | " + " | ".join(k[:-6] + " score" if k.endswith("_score") else f"{k} %"
+                                                    for k in sets) +
                    " | s/step | rollouts/step | flags | commits |")
         out.append("|---|---|" + "---|" * len(sets) + "---|---|---|---|")
         last = None

@@ -33,6 +33,7 @@ def user_message(task, room, history, obs, admissible, step, cfg):
     """The single-turn user message for one decision. history: [(obs, action)], prefix steps included."""
     if cfg.prompt == "compact":  # tiny-model variant: every past action, short observation, action tag only
         done = " | ".join(a for _, a in history) or "-"
+        obs = obs.replace(" [SEP] ", " | ")  # WebShop pages: shorter separators (ALFWorld text has none)
         msg = f"task: {task}\n" + (f"room: {room}\n" if room else "") + f"done: {done}\nnow: {obs}"
         if not cfg.constrained:  # under constrained decoding the decoder already knows the options
             msg += f"\noptions: {' | '.join(admissible)}\nreply: <action> one option </action>"
@@ -389,7 +390,7 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
             st["invalid"] += not row["valid"]
             e["history"].append((e["obs"], req[2]))
             e.update(obs=r["obs"], admissible=r["admissible"], won=r["won"], score=r["score"])
-            e["done"] = e["won"] or e["steps"] >= cfg.max_steps
+            e["done"] = e["won"] or r["done"] or e["steps"] >= cfg.max_steps
         turn += 1
     pool.run([("close", e["eid"]) for e in eps])
     episodes, rows = [], []

@@ -139,6 +139,31 @@ def test_panel_expert_random_and_determinism(tmp_path):
         pool.close()
 
 
+def test_webshop_panel_reports_success_and_score(tmp_path):
+    """WebShop's two metrics through the panel and the in-loop evaluation: the expert scores 100 / 100; a policy
+    that buys the right product without choosing its options scores partial credit and 0 % success."""
+    from transformers import AutoTokenizer
+    from config import cache_dir
+    from envs import EnvPool, env_spec, tasks_for
+    from eval import in_loop_eval
+    from tiny import tiny_path
+    tok = AutoTokenizer.from_pretrained(tiny_path(cache_dir()))
+    cfg = dataclasses.replace(Config(), env="webshop", prompt="compact", constrained=True, max_steps=15,
+                              max_prompt_tokens=768, max_new_tokens=32, model="scripted", out_dir=str(tmp_path))
+    tasks = [t for t in tasks_for(cfg, "train") if t["L"] == 5][:6]  # goals with two options
+    pool = EnvPool(1, env_spec(cfg))
+    try:
+        got = pool.run([("reset", 10**6 + j, t["gamefile"], []) for j, t in enumerate(tasks)])
+        tasks = [{**t, "goal": g["task"]} for t, g in zip(tasks, got)]
+        exp = panel(ScriptedPolicy(tok, tasks), pool, tok, tasks, cfg, [0], 0.0, str(tmp_path / "expert.json"))
+        assert exp["mean"] == 1.0 and exp["score_mean"] == 100.0
+        hasty = [{**t, "walkthrough": t["walkthrough"][:2] + ["click[buy now]"]} for t in tasks]  # no options
+        res = in_loop_eval(ScriptedPolicy(tok, hasty), pool, tok, {"train_panel": hasty}, cfg, step=0)
+        assert res["train_panel"] == 0.0 and 0.0 < res["train_panel_score"] < 1.0  # a mean reward, not 1
+    finally:
+        pool.close()
+
+
 @pytest.mark.slow
 def test_diagnose_end_to_end_on_the_tiny_model(tmp_path):
     cmd = [sys.executable, "eval.py", "diagnose", "--model", "tiny", "--engine", "hf", "--tasks", "2", "--rollouts", "2",
