@@ -13,8 +13,11 @@
 # --cpu copies each finished run's summary.json to results/cpu/<run>/ (kilobytes), which the repo keeps, so
 # `python eval.py table results/cpu` rebuilds the README's toy table on any machine.
 #
-# Measured toy scale (2-core CPU, this repo's README): one --cpu run of 40 steps takes ~22 minutes uncontended;
-# the --cpu grid below has 44 runs, so ~16 hours in all: it is meant to be completed across sittings.
+# Measured toy scale (2-core CPU, README "Toy-scale reproduction"): one 40-step --cpu run of the ALFWorld rows takes
+# 22-27 minutes when it has the machine to itself (Agent-G² 22.5 / 24.2 min, GRPO 27 min) and up to ~48 minutes
+# when other work shares the cores; binary search plays ~2x and enumeration ~8x the rollouts of a step. The 48-run
+# --cpu grid is therefore about a day: it is meant to be completed across sittings (it resumes).
+# --cpu --smoke (CI): 26 one-step runs, ~5.5 minutes.
 set -euo pipefail
 cd "$(dirname "$0")"
 
