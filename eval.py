@@ -438,13 +438,14 @@ def run_name(run):
 
 
 def run_flags(cfg):
-    """The command-line flags a run was started with, less seed/out_dir/resume: what makes it this method."""
+    """The command-line flags a run was started with, less seed/out_dir/resume and the preset (the table's header
+    names it): what makes it this method."""
     argv, out, skip = cfg.get("argv", [])[1:], [], False
     for a in argv:
         if skip:
             skip = False
             continue
-        if a in ("--seed", "--out_dir", "--resume"):
+        if a in ("--seed", "--out_dir", "--resume", "--preset"):
             skip = True
             continue
         out.append(a)
@@ -481,7 +482,7 @@ def table(runs):
         for s in ss:
             rows[run_name(s["run"])].append(s)
         part = {n: t for t, names in PAPER_TABLES for n in names}
-        order = {n: i for i, (_, names) in enumerate(PAPER_TABLES) for n in names}
+        order = {n: (i, j) for i, (_, names) in enumerate(PAPER_TABLES) for j, n in enumerate(names)}
         sets = [k for k in ("train_panel", "train_panel_sampled", "val", "val_sampled", "train_panel_score",
                             "val_score")
                 if any(k in s["final"] for s in ss)]
@@ -491,7 +492,7 @@ def table(runs):
                    " | s/step | rollouts/step | flags | commits |")
         out.append("|---|---|" + "---|" * len(sets) + "---|---|---|---|")
         last = None
-        for label, rs in sorted(rows.items(), key=lambda kv: (order.get(kv[0], 99), kv[0])):
+        for label, rs in sorted(rows.items(), key=lambda kv: (order.get(kv[0], (99, 0)), kv[0])):
             if part.get(label, "other runs") != last:
                 last = part.get(label, "other runs")
                 out.append(f"| *{last}* |" + " |" * (len(sets) + 5))
