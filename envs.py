@@ -448,13 +448,10 @@ class WebShopEnv:
         else:
             obs, _ = self.env.reset(session=gamefile)
             self._show(ep, _strip_instruction(obs), *self._official_actions())
-        for a in prefix:
-            if a not in ep["admissible"] and not (parse_webshop_action(a) or ("",))[0] == "search":
-                raise RuntimeError(f"expert prefix action {a!r} is not admissible for WebShop goal {gamefile}")
+        for a in prefix:  # step() validates the action and appends (obs, a) to the history
             ep["prefix_steps"].append((ep["obs"], ep["admissible"], a))
             if not self.step(ep, a):
-                raise RuntimeError(f"expert prefix action {a!r} failed for WebShop goal {gamefile}")
-        ep["history"] = [(o, a) for o, _, a in ep["prefix_steps"]]
+                raise RuntimeError(f"expert prefix action {a!r} is not admissible for WebShop goal {gamefile}")
         return ep
 
     def _official_actions(self):
