@@ -15,8 +15,9 @@
 #
 # Measured toy scale (2-core CPU, README "Toy-scale reproduction"): one 40-step --cpu run of the ALFWorld rows takes
 # 22-27 minutes when it has the machine to itself (Agent-G² 22.5 / 24.2 min, GRPO 27 min) and up to ~48 minutes
-# when other work shares the cores; binary search plays ~2x and enumeration ~8x the rollouts of a step. The 48-run
-# --cpu grid is therefore about a day: it is meant to be completed across sittings (it resumes).
+# when other work shares the cores. Binary search and enumeration also play probe rollouts (their time is not
+# measured here yet). 48 runs x ~25 min is ~20 hours before that: the --cpu grid is meant to be completed across
+# sittings (it resumes).
 # --cpu --smoke (CI): 26 one-step runs, 337 s measured (29 % of the test command).
 set -euo pipefail
 cd "$(dirname "$0")"
