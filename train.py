@@ -18,14 +18,13 @@ import dataclasses
 import json
 import math
 import os
-import random
-import shutil
 import signal
 import sys
 import time
 
 import numpy as np
 
+import ckpt
 from config import dump, get_config
 
 t_start = time.time()
@@ -238,58 +237,28 @@ def update_size(step_fn):
 
 
 def save_checkpoint(step, reason):
-    """Atomic: write into a temporary directory, mark COMPLETE, rename. Keeps the newest keep_ckpts."""
-    state = full_state()
+    """Every rank joins the gathers; rank 0 writes (ckpt.py: atomic, keeps the newest keep_ckpts)."""
+    weights = full_state()
     opt_state = get_optimizer_state_dict(policy, opt, options=FULL) if fsdp else opt.state_dict()
-    rng = gather({"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()})
-    if not master:
-        return
-    final = os.path.join(cfg.out_dir, f"ckpt_{step:06d}")
-    tmp = final + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    policy.save_pretrained(tmp, state_dict=state, safe_serialization=True)
-    tok.save_pretrained(tmp)
-    torch.save({"opt": opt_state, "rng": rng}, os.path.join(tmp, "trainer.pt"))
-    json.dump({"step": step, "reason": reason, "sched": sched.state_dict(), "redraws": redraws},
-              open(os.path.join(tmp, "state.json"), "w"))
-    dump(cfg, os.path.join(tmp, "config.json.run"))
-    open(os.path.join(tmp, "COMPLETE"), "w").write(reason)
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    ckpts = sorted(d for d in os.listdir(cfg.out_dir) if d.startswith("ckpt_") and not d.endswith(".tmp"))
-    for d in ckpts[:-cfg.keep_ckpts]:
-        shutil.rmtree(os.path.join(cfg.out_dir, d), ignore_errors=True)
-    print(f"[ckpt] step {step} -> {final} ({reason})")
-
-
-def latest_checkpoint(d):
-    c = sorted(x for x in os.listdir(d) if x.startswith("ckpt_") and os.path.exists(os.path.join(d, x, "COMPLETE"))) \
-        if os.path.isdir(d) else []
-    return os.path.join(d, c[-1]) if c else None
+    rng = gather(ckpt.rng_state())
+    if master:
+        path = ckpt.save(cfg.out_dir, step, policy, tok, weights, {"opt": opt_state, "rng": rng},
+                         {"step": step, "reason": reason, "sched": sched.state_dict(), "redraws": redraws},
+                         cfg, cfg.keep_ckpts)
+        print(f"[ckpt] step {step} -> {path} ({reason})")
 
 
 # ------------------------------------------------------------------ resume
 start_step, redraws, log_mode = 0, 0, "w"
 if cfg.resume:
-    path = latest_checkpoint(cfg.out_dir) if cfg.resume == "auto" else cfg.resume
-    if path is None or not os.path.exists(os.path.join(path, "COMPLETE")):
-        sys.exit(f"error: --resume {cfg.resume}: no complete checkpoint found")
-    from safetensors.torch import load_file
-    sd = load_file(os.path.join(path, "model.safetensors"))
-    if "lm_head.weight" not in sd and policy.config.tie_word_embeddings:
-        sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
-    tr = torch.load(os.path.join(path, "trainer.pt"), weights_only=False)
+    path, sd, tr, st = ckpt.load(cfg.resume, cfg.out_dir, policy.config.tie_word_embeddings)
     if fsdp:
         set_model_state_dict(policy, sd, options=FULL)
         set_optimizer_state_dict(policy, opt, tr["opt"], options=FULL)
     else:
         policy.load_state_dict(sd)
         opt.load_state_dict(tr["opt"])
-    r = tr["rng"][rank] if rank < len(tr["rng"]) else tr["rng"][0]
-    random.setstate(r["python"])
-    np.random.set_state(r["numpy"])
-    torch.set_rng_state(r["torch"])
-    st = json.load(open(os.path.join(path, "state.json")))
+    ckpt.set_rng_state(tr["rng"][rank] if rank < len(tr["rng"]) else tr["rng"][0])
     sched.load_state_dict(st["sched"])
     start_step, redraws, log_mode = st["step"], st["redraws"], "a"
     engine.load_weights(full_state().items())

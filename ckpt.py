@@ -1,0 +1,72 @@
+"""Checkpoints of train.py: one Hugging Face directory per checkpoint, written atomically, read back on resume.
+
+    out_dir/ckpt_000020/   config.json + model.safetensors + tokenizer files   (loads in transformers and vLLM)
+                           trainer.pt   {"opt": optimizer state, "rng": [per-rank python/numpy/torch RNG states]}
+                           state.json   {"step", "reason", "sched", "redraws"}
+                           config.json.run (the run's full flag set), COMPLETE (written last)
+
+    python train.py --resume auto            # the newest complete checkpoint in --out_dir
+    python train.py --resume DIR             # that one
+
+The caller gathers the full (unsharded) weights and optimizer state first; these functions only touch the disk
+and the process RNGs, so DDP, FSDP and single-process runs share them.
+"""
+import json
+import os
+import random
+import shutil
+import sys
+
+import numpy as np
+import torch
+
+from config import dump
+
+
+def rng_state():
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(r):
+    random.setstate(r["python"])
+    np.random.set_state(r["numpy"])
+    torch.set_rng_state(r["torch"])
+
+
+def save(out_dir, step, policy, tok, weights, trainer, state, cfg, keep):
+    """Write into ckpt_<step>.tmp, mark COMPLETE, rename; keep the newest `keep` checkpoints. Returns the path."""
+    final = os.path.join(out_dir, f"ckpt_{step:06d}")
+    tmp = final + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    policy.save_pretrained(tmp, state_dict=weights, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    torch.save(trainer, os.path.join(tmp, "trainer.pt"))
+    json.dump(state, open(os.path.join(tmp, "state.json"), "w"))
+    dump(cfg, os.path.join(tmp, "config.json.run"))
+    open(os.path.join(tmp, "COMPLETE"), "w").write(state.get("reason", ""))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    done = sorted(d for d in os.listdir(out_dir) if d.startswith("ckpt_") and not d.endswith(".tmp"))
+    for d in done[:-keep]:
+        shutil.rmtree(os.path.join(out_dir, d), ignore_errors=True)
+    return final
+
+
+def latest(d):
+    """Newest complete checkpoint under d, or None (a crash mid-save leaves only a .tmp without COMPLETE)."""
+    c = sorted(x for x in os.listdir(d) if x.startswith("ckpt_") and os.path.exists(os.path.join(d, x, "COMPLETE"))) \
+        if os.path.isdir(d) else []
+    return os.path.join(d, c[-1]) if c else None
+
+
+def load(resume, out_dir, tie_word_embeddings):
+    """--resume auto|DIR -> (path, weights, trainer, state); exits with a one-line error when none is complete."""
+    path = latest(out_dir) if resume == "auto" else resume
+    if path is None or not os.path.exists(os.path.join(path, "COMPLETE")):
+        sys.exit(f"error: --resume {resume}: no complete checkpoint found")
+    from safetensors.torch import load_file
+    weights = load_file(os.path.join(path, "model.safetensors"))
+    if "lm_head.weight" not in weights and tie_word_embeddings:  # save_pretrained drops the tied copy
+        weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
+    trainer = torch.load(os.path.join(path, "trainer.pt"), weights_only=False)
+    return path, weights, trainer, json.load(open(os.path.join(path, "state.json")))

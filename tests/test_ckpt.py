@@ -1,0 +1,73 @@
+"""ckpt.py on a tiny random Qwen2: the directory loads back in transformers with the same weights (tied head
+included), the optimizer/RNG/scheduler state round-trips, only complete checkpoints are found, old ones are
+pruned, and --resume without a checkpoint exits with a one-line error. train.py's resume run is in test_train."""
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, Qwen2Config
+
+import ckpt
+from config import get_config
+
+
+class Tok:  # the tokenizer's only role here: write its files next to the weights
+    def save_pretrained(self, path):
+        open(os.path.join(path, "tokenizer.json"), "w").write("{}")
+
+
+def tiny(tie):
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(Qwen2Config(
+        vocab_size=64, hidden_size=64, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, tie_word_embeddings=tie))
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_save_load_round_trip(tmp_path, tie):
+    cfg = get_config([])
+    m = tiny(tie)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    m(torch.tensor([[1, 2, 3]])).logits.sum().backward()
+    opt.step()
+    random.seed(5)
+    rng = ckpt.rng_state()
+    state = {"step": 3, "reason": "periodic", "sched": {"mu_global": 0.7}, "redraws": 1}
+    path = ckpt.save(str(tmp_path), 3, m, Tok(), m.state_dict(), {"opt": opt.state_dict(), "rng": [rng]}, state,
+                     cfg, keep=2)
+    assert sorted(os.listdir(path)) == sorted(["COMPLETE", "config.json", "config.json.run", "generation_config.json",
+                                               "model.safetensors", "state.json", "tokenizer.json", "trainer.pt"])
+    back = AutoModelForCausalLM.from_pretrained(path)  # a plain HF checkpoint
+    for k, v in m.state_dict().items():
+        assert torch.equal(back.state_dict()[k], v), k
+    p2, sd, tr, st = ckpt.load("auto", str(tmp_path), tie)
+    assert p2 == path and st == state
+    fresh = tiny(tie)
+    fresh.load_state_dict(sd)  # strict: the tied lm_head is restored when save_pretrained dropped it
+    assert all(torch.equal(fresh.state_dict()[k], v) for k, v in m.state_dict().items())
+    opt2 = torch.optim.AdamW(fresh.parameters(), lr=1e-3)
+    opt2.load_state_dict(tr["opt"])
+    assert torch.equal(opt2.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
+    a = (random.random(), np.random.rand(), torch.rand(1).item())
+    ckpt.set_rng_state(tr["rng"][0])
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == a
+
+
+def test_latest_skips_incomplete_and_prunes(tmp_path):
+    cfg = get_config([])
+    m = tiny(True)
+    for step in (1, 2, 3):
+        ckpt.save(str(tmp_path), step, m, Tok(), m.state_dict(), {}, {"step": step}, cfg, keep=2)
+    assert sorted(os.listdir(tmp_path)) == ["ckpt_000002", "ckpt_000003"]
+    os.makedirs(tmp_path / "ckpt_000004.tmp")  # a save that crashed before COMPLETE
+    os.makedirs(tmp_path / "ckpt_000005")
+    assert ckpt.latest(str(tmp_path)) == str(tmp_path / "ckpt_000003")
+
+
+def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
+    with pytest.raises(SystemExit, match="no complete checkpoint"):
+        ckpt.load("auto", str(tmp_path), True)
+    with pytest.raises(SystemExit, match="no complete checkpoint"):
+        ckpt.load(str(tmp_path / "nope"), str(tmp_path), True)
