@@ -1,6 +1,7 @@
 """Checkpoints of train.py: one Hugging Face directory per checkpoint, written atomically, read back on resume.
 
-    out_dir/ckpt_000020/   config.json + model.safetensors + tokenizer files   (loads in transformers and vLLM)
+    out_dir/ckpt_000020/   config.json, generation_config.json, model.safetensors, tokenizer files
+                           (a plain HF checkpoint: loads in transformers and vLLM)
                            trainer.pt   {"opt": optimizer state, "rng": [per-rank python/numpy/torch RNG states]}
                            state.json   {"step", "reason", "sched", "redraws"}
                            config.json.run (the run's full flag set), COMPLETE (written last)
@@ -34,7 +35,8 @@ def set_rng_state(r):
 
 
 def save(out_dir, step, policy, tok, weights, trainer, state, cfg, keep):
-    """Write into ckpt_<step>.tmp, mark COMPLETE, rename; keep the newest `keep` checkpoints. Returns the path."""
+    """Write into ckpt_<step>.tmp, mark COMPLETE, rename; keep the newest `keep` checkpoints (keep <= 0: all).
+    Returns the path."""
     final = os.path.join(out_dir, f"ckpt_{step:06d}")
     tmp = final + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -47,15 +49,15 @@ def save(out_dir, step, policy, tok, weights, trainer, state, cfg, keep):
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     done = sorted(d for d in os.listdir(out_dir) if d.startswith("ckpt_") and not d.endswith(".tmp"))
-    for d in done[:-keep]:
+    for d in done[:-keep] if keep > 0 else []:
         shutil.rmtree(os.path.join(out_dir, d), ignore_errors=True)
     return final
 
 
 def latest(d):
-    """Newest complete checkpoint under d, or None (a crash mid-save leaves only a .tmp without COMPLETE)."""
-    c = sorted(x for x in os.listdir(d) if x.startswith("ckpt_") and os.path.exists(os.path.join(d, x, "COMPLETE"))) \
-        if os.path.isdir(d) else []
+    """Newest complete checkpoint under d, or None. A crash mid-save leaves a ckpt_*.tmp, never picked."""
+    c = sorted(x for x in os.listdir(d) if x.startswith("ckpt_") and not x.endswith(".tmp")
+               and os.path.exists(os.path.join(d, x, "COMPLETE"))) if os.path.isdir(d) else []
     return os.path.join(d, c[-1]) if c else None
 
 

@@ -137,7 +137,7 @@ class Config:
     eval_games: int = F(0, "validation games per evaluation (0 = all, -1 = no evaluation)")
     train_panel: int = F(0, "also evaluate on this many fixed training games (0 = skip)")
     ckpt_every: int = F(50, "checkpoint every this many steps (0 = only at the end)")
-    keep_ckpts: int = F(2, "keep this many newest checkpoints")
+    keep_ckpts: int = F(2, "keep this many newest checkpoints (0: all)")
 
 
 def defaults():

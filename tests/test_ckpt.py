@@ -7,6 +7,7 @@ import random
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, Qwen2Config
 
 import ckpt
@@ -39,6 +40,7 @@ def test_save_load_round_trip(tmp_path, tie):
                      cfg, keep=2)
     assert sorted(os.listdir(path)) == sorted(["COMPLETE", "config.json", "config.json.run", "generation_config.json",
                                                "model.safetensors", "state.json", "tokenizer.json", "trainer.pt"])
+    assert ("lm_head.weight" in load_file(os.path.join(path, "model.safetensors"))) != tie  # the tied copy is dropped
     back = AutoModelForCausalLM.from_pretrained(path)  # a plain HF checkpoint
     for k, v in m.state_dict().items():
         assert torch.equal(back.state_dict()[k], v), k
@@ -50,7 +52,9 @@ def test_save_load_round_trip(tmp_path, tie):
     opt2 = torch.optim.AdamW(fresh.parameters(), lr=1e-3)
     opt2.load_state_dict(tr["opt"])
     assert torch.equal(opt2.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
+    ckpt.set_rng_state(rng)
     a = (random.random(), np.random.rand(), torch.rand(1).item())
+    torch.manual_seed(123), random.seed(123), np.random.seed(123)
     ckpt.set_rng_state(tr["rng"][0])
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == a
 
@@ -61,9 +65,14 @@ def test_latest_skips_incomplete_and_prunes(tmp_path):
     for step in (1, 2, 3):
         ckpt.save(str(tmp_path), step, m, Tok(), m.state_dict(), {}, {"step": step}, cfg, keep=2)
     assert sorted(os.listdir(tmp_path)) == ["ckpt_000002", "ckpt_000003"]
-    os.makedirs(tmp_path / "ckpt_000004.tmp")  # a save that crashed before COMPLETE
-    os.makedirs(tmp_path / "ckpt_000005")
+    os.makedirs(tmp_path / "ckpt_000004.tmp")  # a save that crashed before the rename
+    open(tmp_path / "ckpt_000004.tmp" / "COMPLETE", "w").write("periodic")
+    os.makedirs(tmp_path / "ckpt_000005")  # no COMPLETE
     assert ckpt.latest(str(tmp_path)) == str(tmp_path / "ckpt_000003")
+    all_kept = tmp_path / "all"
+    for step in (1, 2, 3):
+        ckpt.save(str(all_kept), step, m, Tok(), m.state_dict(), {}, {"step": step}, cfg, keep=0)
+    assert sorted(os.listdir(all_kept)) == ["ckpt_000001", "ckpt_000002", "ckpt_000003"]
 
 
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
@@ -71,3 +80,6 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
         ckpt.load("auto", str(tmp_path), True)
     with pytest.raises(SystemExit, match="no complete checkpoint"):
         ckpt.load(str(tmp_path / "nope"), str(tmp_path), True)
+    os.makedirs(tmp_path / "ckpt_000001")  # an explicit directory without COMPLETE
+    with pytest.raises(SystemExit, match="no complete checkpoint"):
+        ckpt.load(str(tmp_path / "ckpt_000001"), str(tmp_path), True)
