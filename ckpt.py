@@ -54,11 +54,16 @@ def save(out_dir, step, policy, tok, weights, trainer, state, cfg, keep):
     return final
 
 
+def complete(d):
+    """The complete checkpoints under d, oldest first. A crash mid-save leaves a ckpt_*.tmp, never listed."""
+    return [os.path.join(d, x) for x in sorted(os.listdir(d)) if x.startswith("ckpt_") and not x.endswith(".tmp")
+            and os.path.exists(os.path.join(d, x, "COMPLETE"))] if os.path.isdir(d) else []
+
+
 def latest(d):
-    """Newest complete checkpoint under d, or None. A crash mid-save leaves a ckpt_*.tmp, never picked."""
-    c = sorted(x for x in os.listdir(d) if x.startswith("ckpt_") and not x.endswith(".tmp")
-               and os.path.exists(os.path.join(d, x, "COMPLETE"))) if os.path.isdir(d) else []
-    return os.path.join(d, c[-1]) if c else None
+    """Newest complete checkpoint under d, or None."""
+    c = complete(d)
+    return c[-1] if c else None
 
 
 def load(resume, out_dir, tie_word_embeddings):

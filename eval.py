@@ -541,9 +541,13 @@ def main():
     pre.add_argument("--model", default="")
     pre.add_argument("--checkpoints", default="")
     known, _ = pre.parse_known_args(argv)
-    ckpts = sorted(os.path.join(known.checkpoints, d) for d in os.listdir(known.checkpoints)
-                   if d.startswith("ckpt_") and os.path.exists(os.path.join(known.checkpoints, d, "COMPLETE"))) \
-        if known.checkpoints else []
+    if known.checkpoints:
+        import ckpt
+        if not os.path.isdir(known.checkpoints):
+            sys.exit(f"error: --checkpoints {known.checkpoints}: no such directory")
+        ckpts = ckpt.complete(known.checkpoints)
+    else:
+        ckpts = []
     first = ckpts[0] if ckpts else known.model
     run_cfg = os.path.join(first, "config.json.run") if first else ""
     base = json.load(open(run_cfg)) if run_cfg and os.path.exists(run_cfg) else None

@@ -68,6 +68,7 @@ def test_latest_skips_incomplete_and_prunes(tmp_path):
     os.makedirs(tmp_path / "ckpt_000004.tmp")  # a save that crashed before the rename
     open(tmp_path / "ckpt_000004.tmp" / "COMPLETE", "w").write("periodic")
     os.makedirs(tmp_path / "ckpt_000005")  # no COMPLETE
+    assert ckpt.complete(str(tmp_path)) == [str(tmp_path / "ckpt_000002"), str(tmp_path / "ckpt_000003")]
     assert ckpt.latest(str(tmp_path)) == str(tmp_path / "ckpt_000003")
     all_kept = tmp_path / "all"
     for step in (1, 2, 3):
