@@ -756,6 +756,19 @@ def train_subset(tasks, n):
     return [tasks[i] for i in sorted(np.random.default_rng(1234).permutation(len(tasks))[:n])] if n else tasks
 
 
+def batch_indices(step, B, N, seed):
+    """|B| task indices of a training step: epoch-wise permutations of the N tasks seeded by (seed, epoch), read
+    in order across epoch boundaries. A pure function of the step, so a resumed run sees the same batches."""
+    import numpy as np
+    idx, epoch = [], (step * B) // N
+    while len(idx) < B:
+        perm = np.random.default_rng([seed, epoch]).permutation(N)
+        start = (step * B + len(idx)) - epoch * N
+        idx += perm[start:start + B - len(idx)].tolist()
+        epoch += 1
+    return idx
+
+
 def webshop_doctor(path=""):
     """Check an official WebShop setup; -> list of (ok, what, fix). Looks at files and versions, imports nothing
     heavy: the data files, which product file utils.py points at, the search index against that product set,

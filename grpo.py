@@ -3,16 +3,20 @@ loss weights of each aggregation, and the clipped policy loss with the k3 KL. No
 train.py does the micro-batching and the DDP wiring, and tests/test_grpo.py checks each piece on toy inputs.
 
     adv, n_zero = group_advantages(rewards, gid, keep)               # [E] per episode
+    n_zero, n_groups = row_advantages(rows, episodes, "traj")       # the same on train.py's step rows
     opts = trie_options(response_ids, allowed)                        # allowed next tokens per response position
     lp = token_logprobs(logits, targets, options, temperature)        # [b, T] log pi(a_t | s, a_<t)
     w = agg_weights("episode", row_tokens, episode_tokens, n_tokens, n_rows, n_episodes)  # [b] per-token weight
     loss, stats = policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp, kl_coef)
+    lr = lr_at(step, lr, steps, warmup_frac, "cosine")              # the optimizer's schedule
 
 Constrained decoding (--constrained 1) samples from the policy restricted to the admissible commands: at each
 reply position only the tokens that continue some admissible reply (a token trie) keep their mass, renormalised.
 The engines record, and the trainer scores, exactly that distribution. A forced position (one allowed token) then
 has log-prob 0 and no gradient, and no mass can drift onto tokens the constraint never allows.
 """
+import math
+
 import torch
 
 AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "episode")
@@ -37,6 +41,37 @@ def group_advantages(rewards, gid, keep=None, eps=1e-6):
             continue
         adv[sel] = (r - r.mean()) / (sd + eps)
     return adv.float(), n_zero
+
+
+def row_advantages(rows, episodes, level):
+    """group_advantages on the rollout records. rows: step rows {"eid", "gid", "reward"}; episodes: {"eid", "gid",
+    "reward", "error"}. level "traj" (paper): one advantage per episode, from episode rewards, given to every row of
+    it; "step" (released code): one per row, from row rewards, grouped by gid. Episodes that hit an environment
+    error leave their group's statistics. Sets row["adv"]; -> (zero-variance groups, groups with a kept unit)."""
+    if level not in ("traj", "step"):
+        raise ValueError(f"unknown advantage level {level!r} (expected traj or step)")
+    err = {e["eid"] for e in episodes if e["error"]}
+    units = rows if level == "step" else episodes
+    adv, n_zero = group_advantages(torch.tensor([u["reward"] for u in units], dtype=torch.float64),
+                                   torch.tensor([u["gid"] for u in units]),
+                                   torch.tensor([u["eid"] not in err for u in units]))
+    by_eid = {u["eid"]: a for u, a in zip(units, adv.tolist())}
+    for j, r in enumerate(rows):
+        r["adv"] = adv[j].item() if level == "step" else by_eid[r["eid"]]
+    return n_zero, len({u["gid"] for u in units if u["eid"] not in err})
+
+
+def lr_at(step, lr, steps, warmup_frac, schedule="cosine"):
+    """Learning rate at a step: linear warm-up over max(1, warmup_frac * steps) steps, then cosine to 0 at `steps`
+    (or constant)."""
+    if schedule not in ("cosine", "constant"):
+        raise ValueError(f"unknown lr schedule {schedule!r} (expected cosine or constant)")
+    warm = max(1, int(warmup_frac * steps))
+    if step < warm:
+        return lr * (step + 1) / warm
+    if schedule == "constant":
+        return lr
+    return lr * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
 
 
 def trie_options(response, allowed):

@@ -46,7 +46,7 @@ master = rank == 0
 device = f"cuda:{local_rank}" if use_cuda else "cpu"
 dtype = {"auto": torch.bfloat16 if use_cuda else torch.float32, "float32": torch.float32,
          "bfloat16": torch.bfloat16}[cfg.dtype]
-from grpo import agg_weights, group_advantages, policy_loss  # noqa: E402
+from grpo import agg_weights, lr_at, policy_loss, row_advantages  # noqa: E402
 from rollout import (Prober, group_successes, make_engine, merge, response_logprobs, rollout, seed_all,  # noqa: E402
                      split_groups, sync_check)
 
@@ -67,7 +67,7 @@ def gather(obj):
 
 
 # ------------------------------------------------------------------ tasks + env pool (before any CUDA work)
-from envs import EnvPool, env_spec, length_table, tasks_for, train_subset  # noqa: E402
+from envs import EnvPool, batch_indices, env_spec, length_table, tasks_for, train_subset  # noqa: E402
 
 train_tasks = train_subset(tasks_for(cfg, cfg.train_split, verbose=master), cfg.train_games)
 eval_tasks = tasks_for(cfg, cfg.eval_split, verbose=master)
@@ -118,27 +118,6 @@ def full_state():
     return get_model_state_dict(policy, options=FULL) if fsdp else policy.state_dict()
 
 
-def get_lr(step):  # linear warm-up, then cosine to 0 (or constant)
-    warm = max(1, int(cfg.warmup_frac * cfg.steps))
-    if step < warm:
-        return cfg.lr * (step + 1) / warm
-    if cfg.lr_schedule == "constant":
-        return cfg.lr
-    return cfg.lr * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, cfg.steps - warm)))
-
-
-def batch_at(step):
-    """|B| task indices of a step: epoch-wise permutations seeded by (seed, epoch), so resume sees the same order."""
-    B, N = cfg.batch_tasks, len(train_tasks)
-    idx, epoch = [], (step * B) // N
-    while len(idx) < B:
-        perm = np.random.default_rng([cfg.seed, epoch]).permutation(N)
-        start = (step * B + len(idx)) - epoch * N
-        idx += perm[start:start + B - len(idx)].tolist()
-        epoch += 1
-    return idx
-
-
 DUMMY = {"prompt_ids": [tok.eos_token_id], "response_ids": [tok.eos_token_id]}
 # released code (--prefix_unit token): the ratio applies to the token length of the rendered "Step i: action" lines
 tok_cum = {t["id"]: np.cumsum([len(tok.encode(f"Step {i + 1}: {a}\n", add_special_tokens=False))
@@ -148,21 +127,6 @@ tok_cum = {t["id"]: np.cumsum([len(tok.encode(f"Step {i + 1}: {a}\n", add_specia
 
 def token_logprobs(m, rows):  # the distribution the engine sampled: trie-restricted, at the rollout temperature
     return response_logprobs(m, rows, tok.pad_token_id, device, cfg.temperature)
-
-
-def advantages(rows, episodes):
-    """GRPO advantages (grpo.group_advantages) within each task's group, over trajectories (paper) or over step
-    rows (released). Episodes that hit an environment error leave their group's statistics and train on nothing.
-    Sets row["adv"]; returns (zero-variance groups, groups)."""
-    err = {e["eid"] for e in episodes if e["error"]}
-    units = rows if cfg.adv_level == "step" else episodes
-    adv, n_zero = group_advantages(torch.tensor([u["reward"] for u in units], dtype=torch.float64),
-                                   torch.tensor([u["gid"] for u in units]),
-                                   torch.tensor([u["eid"] not in err for u in units]))
-    by_eid = {u["eid"]: a for u, a in zip(units, adv.tolist())}
-    for j, r in enumerate(rows):
-        r["adv"] = adv[j].item() if cfg.adv_level == "step" else by_eid[r["eid"]]
-    return n_zero, len({u["gid"] for u in units if u["eid"] not in err})
 
 
 def loss_terms(rows, aux, counts):
@@ -310,11 +274,11 @@ bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, di
            dynamic_ncols=True)
 for step in bar:
     t0 = time.time()
-    lr = get_lr(step)
+    lr = lr_at(step, cfg.lr, cfg.steps, cfg.warmup_frac, cfg.lr_schedule)
     for g in opt.param_groups:
         g["lr"] = lr
     # 1. depths for the global batch (identical on every rank), then this rank's shard
-    idx = batch_at(step)
+    idx = batch_indices(step, cfg.batch_tasks, len(train_tasks), cfg.seed)  # same order on resume
     tasks = [train_tasks[i] for i in idx]
     mine = list(range(rank, len(tasks), world))
     prober = Prober(engine, pool, tok, [tasks[i] for i in mine], cfg, cfg.seed + 97 * step + rank)
@@ -366,7 +330,7 @@ for step in bar:
     t2 = time.time()
     err = {e["eid"] for e in out["episodes"] if e["error"]}
     rows = [r for r in out["rows"] if r["eid"] not in err]
-    n_zero, n_groups = advantages(rows, out["episodes"]) if out["episodes"] else (0, 0)
+    n_zero, n_groups = row_advantages(rows, out["episodes"], cfg.adv_level) if out["episodes"] else (0, 0)
     counts = torch.tensor([sum(len(r["response_ids"]) for r in rows), len(rows), len({r["eid"] for r in rows}),
                            sum(len(r["response_ids"]) for r in out["aux"])], dtype=torch.float64)
     if ddp:

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from envs import AlfEnv, EnvPool, load_tasks, official_root, room_text, task_text
+from envs import AlfEnv, EnvPool, batch_indices, load_tasks, official_root, room_text, task_text
 from gamegen import make_games
 
 
@@ -112,3 +112,14 @@ def test_official_loader(tmp_path, monkeypatch):
     assert len(got) == 2
     with pytest.raises(FileNotFoundError, match="no split 'valid_seen'"):
         load_tasks("valid_seen", games="official")
+
+
+def test_batch_indices_epochs_and_resume():
+    B, N = 8, 20  # an epoch is 2.5 batches: batches straddle epoch boundaries
+    seq = [i for s in range(10) for i in batch_indices(s, B, N, seed=3)]
+    assert all(len(batch_indices(s, B, N, 3)) == B for s in range(10))
+    for e in range(4):  # read in order, every epoch is a permutation of all tasks
+        assert sorted(seq[e * N:(e + 1) * N]) == list(range(N))
+    assert seq[:N] != seq[N:2 * N]  # each epoch is shuffled anew
+    assert batch_indices(7, B, N, 3) == batch_indices(7, B, N, 3)  # a pure function of the step: resume-safe
+    assert batch_indices(0, B, N, 3) != batch_indices(0, B, N, 4)

@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from grpo import FREE, agg_weights, group_advantages, pad_options, policy_loss, token_logprobs, trie_options
+from grpo import (FREE, agg_weights, group_advantages, lr_at, pad_options, policy_loss, row_advantages, token_logprobs,
+                  trie_options)
 
 
 def test_group_advantages_sign_and_zero_variance():
@@ -29,6 +30,37 @@ def test_error_episodes_leave_their_group():
     assert adv[0].item() == pytest.approx(1.0, abs=1e-4) and adv[1].item() == pytest.approx(-1.0, abs=1e-4)
     adv, n_zero = group_advantages(torch.tensor([1.0, 1.0, 0.0]), gid, keep=torch.tensor([True, True, False]))
     assert adv.tolist() == [0.0, 0.0, 0.0] and n_zero == 1  # without the error episode the group is all-1
+
+
+def test_row_advantages_traj_and_step_levels():
+    # two groups of two episodes; episode 1 won in 2 step rows, episode 2 lost in 3; episode 4 hit an env error
+    eps = [{"eid": 1, "gid": 0, "reward": 1.0, "error": False}, {"eid": 2, "gid": 0, "reward": 0.0, "error": False},
+           {"eid": 3, "gid": 1, "reward": 1.0, "error": False}, {"eid": 4, "gid": 1, "reward": 0.0, "error": True}]
+    rows = [{"eid": e, "gid": g, "reward": rw} for e, g, rw in
+            [(1, 0, 1.0), (1, 0, 1.0), (2, 0, 0.0), (2, 0, 0.0), (2, 0, 0.0), (3, 1, 1.0), (4, 1, 0.0)]]
+    n_zero, n_groups = row_advantages(rows, eps, "traj")
+    # trajectory level: every row of an episode carries that episode's advantage, whatever its length
+    assert [r["adv"] for r in rows[:5]] == pytest.approx([1.0] * 2 + [-1.0] * 3, abs=1e-4)
+    # group 1 without its error episode is all-1: no signal, and the error episode's row gets 0 too
+    assert rows[5]["adv"] == 0.0 and rows[6]["adv"] == 0.0 and (n_zero, n_groups) == (1, 2)
+    # step level (released code): rows are the units; group 0 has 2 winning rows of 5
+    n_zero, n_groups = row_advantages(rows, eps, "step")
+    sd = math.sqrt(0.4 * 0.6)
+    assert [r["adv"] for r in rows[:5]] == pytest.approx([0.6 / (sd + 1e-6)] * 2 + [-0.4 / (sd + 1e-6)] * 3)
+    assert (n_zero, n_groups) == (1, 2)
+    with pytest.raises(ValueError, match="advantage level"):
+        row_advantages(rows, eps, "token")
+
+
+def test_lr_at_warmup_then_cosine():
+    lrs = [lr_at(s, 1.0, 100, 0.05, "cosine") for s in range(100)]
+    assert lrs[:5] == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])  # 5 warm-up steps reach the peak
+    assert lrs[5] == pytest.approx(1.0) and all(a >= b for a, b in zip(lrs[5:], lrs[6:]))  # then only down
+    assert lrs[-1] == pytest.approx(0.5 * (1 + math.cos(math.pi * 94 / 95)))  # near 0 on the last step
+    assert lr_at(50, 1.0, 100, 0.05, "constant") == 1.0
+    assert lr_at(0, 1.0, 10, 0.0, "cosine") == 1.0  # no warm-up asked: still at least one step, at the peak
+    with pytest.raises(ValueError, match="lr schedule"):
+        lr_at(0, 1.0, 10, 0.1, "linear")
 
 
 def test_trie_options_forced_and_branching_positions():
