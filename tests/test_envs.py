@@ -122,4 +122,7 @@ def test_batch_indices_epochs_and_resume():
         assert sorted(seq[e * N:(e + 1) * N]) == list(range(N))
     assert seq[:N] != seq[N:2 * N]  # each epoch is shuffled anew
     assert batch_indices(7, B, N, 3) == batch_indices(7, B, N, 3)  # a pure function of the step: resume-safe
+    # pinned: a change to the seeding would silently give resumed (older) runs other batches
+    assert batch_indices(0, B, N, 3) == [16, 12, 18, 8, 3, 13, 15, 10]
+    assert batch_indices(2, B, N, 3) == [4, 7, 5, 19, 7, 17, 16, 2]  # straddles epochs 0 and 1
     assert batch_indices(0, B, N, 3) != batch_indices(0, B, N, 4)

@@ -34,15 +34,17 @@ def test_error_episodes_leave_their_group():
 
 def test_row_advantages_traj_and_step_levels():
     # two groups of two episodes; episode 1 won in 2 step rows, episode 2 lost in 3; episode 4 hit an env error
+    # group 2's only episode errored: it is not counted as a group at all
     eps = [{"eid": 1, "gid": 0, "reward": 1.0, "error": False}, {"eid": 2, "gid": 0, "reward": 0.0, "error": False},
-           {"eid": 3, "gid": 1, "reward": 1.0, "error": False}, {"eid": 4, "gid": 1, "reward": 0.0, "error": True}]
+           {"eid": 3, "gid": 1, "reward": 1.0, "error": False}, {"eid": 4, "gid": 1, "reward": 0.0, "error": True},
+           {"eid": 5, "gid": 2, "reward": 1.0, "error": True}]
     rows = [{"eid": e, "gid": g, "reward": rw} for e, g, rw in
-            [(1, 0, 1.0), (1, 0, 1.0), (2, 0, 0.0), (2, 0, 0.0), (2, 0, 0.0), (3, 1, 1.0), (4, 1, 0.0)]]
+            [(1, 0, 1.0), (1, 0, 1.0), (2, 0, 0.0), (2, 0, 0.0), (2, 0, 0.0), (3, 1, 1.0), (4, 1, 0.0), (5, 2, 1.0)]]
     n_zero, n_groups = row_advantages(rows, eps, "traj")
     # trajectory level: every row of an episode carries that episode's advantage, whatever its length
     assert [r["adv"] for r in rows[:5]] == pytest.approx([1.0] * 2 + [-1.0] * 3, abs=1e-4)
     # group 1 without its error episode is all-1: no signal, and the error episode's row gets 0 too
-    assert rows[5]["adv"] == 0.0 and rows[6]["adv"] == 0.0 and (n_zero, n_groups) == (1, 2)
+    assert rows[5]["adv"] == rows[6]["adv"] == rows[7]["adv"] == 0.0 and (n_zero, n_groups) == (1, 2)
     # step level (released code): rows are the units; group 0 has 2 winning rows of 5
     n_zero, n_groups = row_advantages(rows, eps, "step")
     sd = math.sqrt(0.4 * 0.6)
