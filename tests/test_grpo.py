@@ -33,8 +33,8 @@ def test_error_episodes_leave_their_group():
 
 
 def test_row_advantages_traj_and_step_levels():
-    # two groups of two episodes; episode 1 won in 2 step rows, episode 2 lost in 3; episode 4 hit an env error
-    # group 2's only episode errored: it is not counted as a group at all
+    # group 0: episode 1 won in 2 step rows, episode 2 lost in 3; group 1: episode 3 won, episode 4 hit an env
+    # error; group 2: its only episode (5) errored, so it is not counted as a group at all
     eps = [{"eid": 1, "gid": 0, "reward": 1.0, "error": False}, {"eid": 2, "gid": 0, "reward": 0.0, "error": False},
            {"eid": 3, "gid": 1, "reward": 1.0, "error": False}, {"eid": 4, "gid": 1, "reward": 0.0, "error": True},
            {"eid": 5, "gid": 2, "reward": 1.0, "error": True}]
