@@ -48,9 +48,8 @@ def save(out_dir, step, policy, tok, weights, trainer, state, cfg, keep):
     open(os.path.join(tmp, "COMPLETE"), "w").write(state.get("reason", ""))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
-    done = sorted(d for d in os.listdir(out_dir) if d.startswith("ckpt_") and not d.endswith(".tmp"))
-    for d in done[:-keep] if keep > 0 else []:
-        shutil.rmtree(os.path.join(out_dir, d), ignore_errors=True)
+    for d in complete(out_dir)[:-keep] if keep > 0 else []:  # a dir without COMPLETE is not ours: never counted
+        shutil.rmtree(d, ignore_errors=True)
     return final
 
 

@@ -70,6 +70,9 @@ def test_latest_skips_incomplete_and_prunes(tmp_path):
     os.makedirs(tmp_path / "ckpt_000005")  # no COMPLETE
     assert ckpt.complete(str(tmp_path)) == [str(tmp_path / "ckpt_000002"), str(tmp_path / "ckpt_000003")]
     assert ckpt.latest(str(tmp_path)) == str(tmp_path / "ckpt_000003")
+    ckpt.save(str(tmp_path), 6, m, Tok(), m.state_dict(), {}, {"step": 6}, cfg, keep=2)
+    # keep=2 counts complete checkpoints only: the COMPLETE-less ckpt_000005 must not push out ckpt_000003
+    assert ckpt.complete(str(tmp_path)) == [str(tmp_path / "ckpt_000003"), str(tmp_path / "ckpt_000006")]
     all_kept = tmp_path / "all"
     for step in (1, 2, 3):
         ckpt.save(str(all_kept), step, m, Tok(), m.state_dict(), {}, {"step": step}, cfg, keep=0)
