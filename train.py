@@ -207,7 +207,8 @@ def save_checkpoint(step, reason):
     rng = gather(ckpt.rng_state())
     if master:
         path = ckpt.save(cfg.out_dir, step, policy, tok, weights, {"opt": opt_state, "rng": rng},
-                         {"step": step, "reason": reason, "sched": sched.state_dict(), "redraws": redraws},
+                         {"step": step, "reason": reason, "sched": sched.state_dict(), "redraws": redraws,
+                          "wall_s": time.time() - t_start},
                          cfg, cfg.keep_ckpts)
         print(f"[ckpt] step {step} -> {path} ({reason})")
 
@@ -225,6 +226,7 @@ if cfg.resume:
     ckpt.set_rng_state(tr["rng"][rank] if rank < len(tr["rng"]) else tr["rng"][0])
     sched.load_state_dict(st["sched"])
     start_step, redraws, log_mode = st["step"], st["redraws"], "a"
+    t_start -= st.get("wall_s", 0.0)  # summary.json's wall_s: every sitting up to its last checkpoint, summed
     engine.load_weights(full_state().items())
     if master:
         print(f"[resume] {path}: continuing at step {start_step}")
