@@ -3,7 +3,7 @@
     out_dir/ckpt_000020/   config.json, generation_config.json, model.safetensors, tokenizer files
                            (a plain HF checkpoint: loads in transformers and vLLM)
                            trainer.pt   {"opt": optimizer state, "rng": [per-rank python/numpy/torch RNG states]}
-                           state.json   {"step", "reason", "sched", "redraws"}
+                           state.json   {"step", "reason", "sched", "redraws", "wall_s" (seconds so far, all sittings)}
                            config.json.run (the run's full flag set), COMPLETE (written last)
 
     python train.py --resume auto            # the newest complete checkpoint in --out_dir

@@ -14,7 +14,7 @@
 # `python eval.py table results/cpu` rebuilds the README's toy table on any machine.
 #
 # Measured toy scale (2-core CPU, README "Toy-scale reproduction"): one 40-step --cpu run of the ALFWorld rows
-# takes 14-28 minutes (GRPO 27 min, step decay 14 min, target-acc 28 min with the machine to itself; Agent-G² 22.5
+# takes 14-28 minutes (GRPO 28 min, step decay 14 min, target-acc 28 min with the machine to itself; Agent-G² 22.5
 # / 24.2 min with some tests beside it) and up to ~48 minutes when other work shares the cores. Binary search (M=2)
 # plays ~60 probe rollouts per step on top of the 64 trained on and took 43-45 min. Enumeration probes every depth:
 # its seed 0 played 478 rollouts per step for the 64 trained on, at 194 s/step (2.2 h for 40 steps). 48 runs x ~25
