@@ -9,7 +9,7 @@ max_steps = 20                 # ALFWorld max 20 steps per episode
 history_length = 2
 max_prompt_tokens = 4096       # left truncation
 max_new_tokens = 512
-reward_scale = 10.0             # reward = 10 * won - 0.1 * invalid steps
+reward_scale = 10.0            # reward = 10 * won - 0.1 * invalid steps
 invalid_penalty = 0.1
 scheduler = "g2"
 K = 5
