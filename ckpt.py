@@ -65,6 +65,17 @@ def latest(d):
     return c[-1] if c else None
 
 
+def trim_log(path, step):
+    """On resume at `step`: drop what a crashed sitting logged past its last checkpoint, so no step is logged twice.
+    Kept: training records of steps < step, eval records of steps <= step (the checkpoint follows that eval)."""
+    if not os.path.exists(path):
+        return
+    recs = [json.loads(x) for x in open(path) if x.strip()]
+    keep = [r for r in recs if r["step"] < step or ("eval" in r and r["step"] == step)]
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in keep)
+
+
 def load(resume, out_dir, tie_word_embeddings):
     """--resume auto|DIR -> (path, weights, trainer, state); exits with a one-line error when none is complete."""
     path = latest(out_dir) if resume == "auto" else resume

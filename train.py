@@ -234,6 +234,8 @@ if cfg.resume:
 if master:
     os.makedirs(cfg.out_dir, exist_ok=True)
     dump(cfg, os.path.join(cfg.out_dir, "config.json"))
+    if cfg.resume:
+        ckpt.trim_log(os.path.join(cfg.out_dir, "log.jsonl"), start_step)
     log = open(os.path.join(cfg.out_dir, "log.jsonl"), log_mode)
     wb = None
     if cfg.wandb:

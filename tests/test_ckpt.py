@@ -1,6 +1,7 @@
 """ckpt.py on a tiny random Qwen2: the directory loads back in transformers with the same weights (tied head
 included), the optimizer/RNG/scheduler state round-trips, only complete checkpoints are found, old ones are
-pruned, and --resume without a checkpoint exits with a one-line error. train.py's resume run is in test_train."""
+pruned, a crashed sitting's log tail is trimmed on resume, and --resume without a checkpoint exits with a one-line
+error. train.py's resume run is in test_train."""
 import os
 import random
 
@@ -87,3 +88,16 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
     os.makedirs(tmp_path / "ckpt_000001")  # an explicit directory without COMPLETE
     with pytest.raises(SystemExit, match="no complete checkpoint"):
         ckpt.load(str(tmp_path / "ckpt_000001"), str(tmp_path), True)
+
+
+def test_trim_log_drops_what_a_crash_logged_past_the_checkpoint(tmp_path):
+    # A sitting checkpointed at step 4 (after its step-4 eval), logged steps 4 and 5 and an eval at 6, then crashed.
+    # Resuming at step 4 must leave steps 0..3 and the evals at 0 and 4, once each, in order.
+    import json
+    log = tmp_path / "log.jsonl"
+    recs = [{"step": 0, "eval": {}}] + [{"step": s} for s in range(4)] + [{"step": 4, "eval": {}}] \
+        + [{"step": 4}, {"step": 5}, {"step": 6, "eval": {}}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    ckpt.trim_log(str(log), 4)
+    assert [json.loads(x) for x in log.read_text().splitlines()] == recs[:6]
+    ckpt.trim_log(str(tmp_path / "missing.jsonl"), 4)  # a fresh out_dir: nothing to trim, no error
