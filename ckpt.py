@@ -65,15 +65,17 @@ def latest(d):
     return c[-1] if c else None
 
 
-def trim_log(path, step):
+def trim_log(path, step, final=False):
     """On resume at `step`: drop what a crashed sitting logged past its last checkpoint, so no step is logged twice.
-    Kept: training records of steps < step, eval records of steps <= step (the checkpoint follows that eval)."""
+    Kept, verbatim: training records of steps < step, and the eval at `step`, which precedes its checkpoint unless
+    that checkpoint is the run's last (final=True: train.py evaluates after it, and will again)."""
     if not os.path.exists(path):
         return
-    recs = [json.loads(x) for x in open(path) if x.strip()]
-    keep = [r for r in recs if r["step"] < step or ("eval" in r and r["step"] == step)]
+    lines = [x for x in open(path) if x.strip()]
+    recs = [json.loads(x) for x in lines]
+    keep = [x for x, r in zip(lines, recs) if r["step"] < step or ("eval" in r and r["step"] == step and not final)]
     with open(path, "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in keep)
+        f.writelines(keep)
 
 
 def load(resume, out_dir, tie_word_embeddings):

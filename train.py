@@ -235,7 +235,7 @@ if master:
     os.makedirs(cfg.out_dir, exist_ok=True)
     dump(cfg, os.path.join(cfg.out_dir, "config.json"))
     if cfg.resume:
-        ckpt.trim_log(os.path.join(cfg.out_dir, "log.jsonl"), start_step)
+        ckpt.trim_log(os.path.join(cfg.out_dir, "log.jsonl"), start_step, final=start_step >= cfg.steps)
     log = open(os.path.join(cfg.out_dir, "log.jsonl"), log_mode)
     wb = None
     if cfg.wandb:

@@ -100,4 +100,7 @@ def test_trim_log_drops_what_a_crash_logged_past_the_checkpoint(tmp_path):
     log.write_text("".join(json.dumps(r) + "\n" for r in recs))
     ckpt.trim_log(str(log), 4)
     assert [json.loads(x) for x in log.read_text().splitlines()] == recs[:6]
+    # The run's last checkpoint (step 4 of 4) comes before its final eval, which the resumed run writes again.
+    ckpt.trim_log(str(log), 4, final=True)
+    assert [json.loads(x) for x in log.read_text().splitlines()] == recs[:5]
     ckpt.trim_log(str(tmp_path / "missing.jsonl"), 4)  # a fresh out_dir: nothing to trim, no error
