@@ -17,8 +17,8 @@
 # takes 14-28 minutes (GRPO 28 min, step decay 14 min, target-acc 28 min with the machine to itself; Agent-G² 22.5
 # / 24.2 min with some tests beside it) and up to ~48 minutes when other work shares the cores. Binary search (M=2)
 # plays ~60 probe rollouts per step on top of the 64 trained on and took 43-45 min. Enumeration probes every depth:
-# both seeds played 478 rollouts per step for the 64 trained on, at 194 and 189 s/step (2.1 h for 40). 48 runs x ~25
-# min is ~20 hours before enumeration: the --cpu grid is meant to be completed across sittings (it resumes).
+# both seeds played 478 rollouts per step for the 64 trained on, at 194 and 189 s/step (2.1-2.2 h for 40). 48 runs
+# x ~25 min is ~20 hours before enumeration: the --cpu grid is meant to be completed across sittings (it resumes).
 # --cpu --smoke (CI): 24 one-step runs, 337 s measured (29 % of the test command).
 set -euo pipefail
 cd "$(dirname "$0")"
