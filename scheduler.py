@@ -5,7 +5,7 @@ Pure: no model, no environment. State in, depths out; stats in, state updated.
     sched = Scheduler(cfg, task_ids, lengths, seed=0)
     plan = sched.depths(tasks, step, probe)   # tasks: [{"id", "L", "tok_cum"?}] -> plan["n"], plan["r"]
     ... run R rollouts per task from its n-step expert prefix ...
-    sched.update(task_ids, p_hat, flags)      # p_hat[i] = mean success of task i's group
+    sched.update(task_ids, p_hat, flags)      # p_hat[i]: mean success of task i's group (None: no kept episode)
     sched.state_dict() / sched.load_state_dict(sd)   # JSON-able, RNG stream included
 
 Probe schedulers (binary, enum, hybrid) call `probe([(i, n), ...]) -> [successes]`, one group of R
@@ -15,43 +15,97 @@ rollouts per pair; the caller keeps those rollouts, so the chosen probe's group 
 Run `python bench.py sched` for a side-by-side simulation of all of them.
 """
 import math
+from itertools import combinations
 
 import numpy as np
 
 PROBE = {"binary", "enum"}
 
 
-def prefix_len(r, L, tok_cum=None):
-    """Expert prefix length for ratio r: n = min(ceil(r*L), L-1), never below 0.
-    tok_cum (released code): cumulative token length of the rendered prefix lines, tok_cum[j-1] for j steps;
-    the ratio applies to the total and is rounded up to a step boundary."""
+def render_prefix(actions):
+    """The expert prefix as the released code renders it to measure tokens: "Step i: action" lines numbered from 1,
+    joined by "\n" (no trailing newline). [ZJU-REAL/Agent-G2 gmsv/alfworld.py, format_expert_prefix]"""
+    return "\n".join(f"Step {i}: {a}" for i, a in enumerate(actions, start=1))
+
+
+def token_offsets(tok, walkthrough):
+    """Token units (released code): offsets[j - 1] = token length of the rendered j-step prefix, i.e. the end offset
+    of step j's line in the joined text; offsets[-1] is the whole prefix's length. Each prefix is encoded as one
+    text, not line by line: BPE merges across the "\n" and the joined text has no final newline, so summed
+    per-line counts drift. Actions are stripped as the authors strip them (they also drop empty actions, which
+    would change L; our walkthroughs have none). [ZJU-REAL/Agent-G2 gmsv/alfworld.py, build_step_end_offsets]"""
+    acts = [str(a).strip() for a in walkthrough]
+    return [len(tok.encode(render_prefix(acts[:j]), add_special_tokens=False)) for j in range(1, len(acts) + 1)]
+
+
+def prefix_len(r, L, tok_cum=None, max_steps=None):
+    """Expert prefix length for ratio r.
+    Action units (paper): n = min(ceil(r*L), L-1), never below 0; max_steps is not used.
+    Token units (released code), tok_cum = token_offsets(...) of the task's L steps: the target is
+    floor(r * total tokens); 0 tokens -> no prefix, the whole prefix -> L steps, else the first step whose line ends
+    at or past the target; then capped at min(L-1, max_steps-1), so the policy keeps at least one step of the
+    episode. [ZJU-REAL/Agent-G2 gmsv/alfworld.py, GMSVAlfworldPrefixRuntime._sample_plan, allow_full_prefix off]"""
     if L < 1:
         raise ValueError(f"expert length L must be >= 1, got {L}")
     if not 0.0 <= r <= 1.0:
         raise ValueError(f"ratio must lie in [0, 1], got {r}")
     if tok_cum is None:
         n = math.ceil(r * L - 1e-9)  # guard: 0.3 * 10 = 3.0000000000000004
+        return max(0, min(n, L - 1))
+    if len(tok_cum) != L:
+        raise ValueError(f"tok_cum has {len(tok_cum)} entries for L = {L}")
+    total = int(tok_cum[-1])
+    target = math.floor(total * r)  # their float arithmetic, no guard: floor(0.29 * 100) = 28 there too
+    if target <= 0:
+        n = 0
+    elif target >= total:
+        n = L
     else:
-        if len(tok_cum) != L:
-            raise ValueError(f"tok_cum has {len(tok_cum)} entries for L = {L}")
-        n = 0 if r <= 0 else int(np.searchsorted(np.asarray(tok_cum), r * tok_cum[-1] - 1e-9)) + 1
-    return max(0, min(n, L - 1))
+        n = next((j for j, end in enumerate(tok_cum, start=1) if end >= target), L)
+    top = L - 1 if max_steps is None else min(L - 1, max_steps - 1)
+    return max(0, min(n, top))
+
+
+def balanced_thresholds(lengths, K):
+    """Released code's "auto" difficulty groups: K-1 cluster thresholds from expert lengths.
+    Over the sorted unique lengths, every choice of K-1 cut points between them is tried; the kept one minimises
+    (largest cluster - smallest cluster, then sum |size - N/K|), ties going to the first choice in
+    itertools.combinations order (they keep a strictly smaller score only). Threshold k = the largest length of
+    cluster k; the last cluster's (the overall maximum) is implied, so K-1 are returned. With fewer unique lengths
+    than K: int() of the quantiles 1/(K-1), 2/(K-1), ..., 1 (numpy's linear interpolation), keeping only strictly
+    increasing values, padded with the last one to K thresholds (later clusters then stay empty).
+    [ZJU-REAL/Agent-G2 gmsv/alfworld.py, _compute_group_thresholds; K = gmsv.num_difficulty_groups, 5 in
+    verl/trainer/config/ppo_trainer.yaml]"""
+    v = np.asarray(lengths, dtype=float)
+    u, counts = np.unique(v, return_counts=True)
+    if len(u) < K:
+        thr = []
+        for q in np.linspace(0.0, 1.0, K)[1:]:
+            t = int(np.quantile(v, q))  # lengths >= 1, so their max(1, .) guard never fires
+            if not thr or t > thr[-1]:
+                thr.append(t)
+        thr += [thr[-1]] * (K - len(thr))
+        return [float(t) for t in thr[:K - 1]]
+    N, cum = len(v), np.concatenate([[0], np.cumsum(counts)])  # cum[b]: tasks with one of the b shortest lengths
+    best, best_score = (), None
+    for cuts in combinations(range(1, len(u)), K - 1):  # a cut b: a new cluster starts at the b-th unique length
+        edges = (0, *cuts, len(u))
+        sizes = [int(cum[b] - cum[a]) for a, b in zip(edges, edges[1:])]
+        score = (max(sizes) - min(sizes), sum(abs(s - N / K) for s in sizes))  # same float sum as theirs: same ties
+        if best_score is None or score < best_score:
+            best, best_score = cuts, score
+    return [float(u[b - 1]) for b in best]
 
 
 def make_clusters(values, K, mode, rng):
     """Cluster ids (0 = shortest / easiest) and the thresholds chosen, from per-task values
-    (expert lengths; for 'online', 1 - rolling success)."""
+    (expert lengths; for 'online', 1 - rolling success). A task joins the first cluster whose threshold is >= its
+    value (the last cluster: everything longer) [ZJU-REAL/Agent-G2 gmsv/alfworld.py, difficulty_group_for_length]."""
     v = np.asarray(values, dtype=float)
     if mode in ("quantile", "online"):  # paper: quantiles of expert length
         thr = np.quantile(v, [k / K for k in range(1, K)]) if K > 1 else np.zeros(0)
-    elif mode == "balanced":  # released: balanced sizes over the sorted unique lengths
-        u, c = np.unique(v, return_counts=True)
-        cum, thr = np.cumsum(c), []
-        for k in range(1, K):
-            j = int(np.searchsorted(cum, k * len(v) / K))  # first unique length reaching k/K of the tasks
-            if j < len(u) - 1 and (not thr or u[j] > thr[-1]):
-                thr.append(u[j])
-        thr = np.asarray(thr)
+    elif mode == "balanced":  # released code
+        thr = np.asarray(balanced_thresholds(v, K))
     elif mode == "random":
         return rng.permutation(len(v)) % K, []
     else:
@@ -107,22 +161,21 @@ class Scheduler:
         if c.cluster_mode == "online" and step > 0 and step % c.recluster_every == 0:
             self.recluster()
         if c.prefix_unit == "token" and any("tok_cum" not in t for t in tasks):
-            raise ValueError("prefix_unit 'token' needs each task's tok_cum (rendered prefix token lengths)")
-        tok = [t.get("tok_cum") if c.prefix_unit == "token" else None for t in tasks]
+            raise ValueError("prefix_unit 'token' needs each task's tok_cum (token_offsets of its walkthrough)")
         frac = min(step, T - 1) / max(T - 1, 1)
         n, spent = [], 0
-        for t, tc in zip(tasks, tok):
+        for t in tasks:
             L = t["L"]
             if self.name == "g2":
-                n.append(prefix_len(self.sample_ratio(self.cluster[t["id"]]), L, tc))
+                n.append(self._prefix(self.sample_ratio(self.cluster[t["id"]]), t))
             elif self.name == "none":
                 n.append(0)
             elif self.name == "fixed":
-                n.append(prefix_len(c.fixed_ratio, L, tc))
+                n.append(self._prefix(c.fixed_ratio, t))
             elif self.name == "linear":
-                n.append(prefix_len(1.0 - frac, L, tc))
+                n.append(self._prefix(1.0 - frac, t))
             elif self.name == "cosine":
-                n.append(prefix_len(max(0.0, math.cos(math.pi / 2 * frac)), L, tc))
+                n.append(self._prefix(max(0.0, math.cos(math.pi / 2 * frac)), t))
             elif self.name == "step":
                 n.append(max(L - 1 - step // c.step_every, 0))
             elif self.name == "target_acc":
@@ -137,6 +190,11 @@ class Scheduler:
             n, spent = self._hybrid(tasks, n, probe)
         self.probe_rollouts += spent
         return {"n": n, "r": [ni / t["L"] for ni, t in zip(n, tasks)], "probe_rollouts": spent}
+
+    def _prefix(self, r, t):  # ratio -> prefix steps in the configured unit (token units: released code's cap too)
+        if self.cfg.prefix_unit == "token":
+            return prefix_len(r, t["L"], t["tok_cum"], self.cfg.max_steps)
+        return prefix_len(r, t["L"])
 
     def _closest(self, tried):  # probed depth with successes closest to R/2 (ties: the shallower)
         return min(tried, key=lambda n: (abs(tried[n] - self.cfg.group_size / 2), n))
@@ -192,20 +250,42 @@ class Scheduler:
                 continue  # in band: the probe group is the policy group, no extra cost
             L, k = tasks[i]["L"], self.cluster[tasks[i]["id"]]
             shift = self.mu_sigma(k)[1] * (1 if s == 0 else -1)
-            n[i] = prefix_len(float(np.clip(ni / L + shift, 0, c.cap)), L, tasks[i].get("tok_cum")
-                              if c.prefix_unit == "token" else None)
+            n[i] = self._prefix(float(np.clip(ni / L + shift, 0, c.cap)), tasks[i])
             spent += c.group_size
         return n, spent
 
     # ---- feedback from the same batch (SPEC §2 step 5) ----
     def update(self, task_ids, p_hat, flags=None):
+        """p_hat[i]: mean success of task i's kept episodes, or None when it has none (every episode hit an
+        environment error); flags[i] (optional): those episodes' 0/1 outcomes, [] when none. A task without a kept
+        episode says nothing about difficulty: it leaves mu_global's batch accuracy, A_k, V_k, last_p and succ
+        alone, and a batch with no kept episode at all changes nothing. [ZJU-REAL/Agent-G2 gmsv/alfworld.py,
+        _update_scoreboard skips a group with no outcome]"""
         c = self.cfg
-        p = np.asarray(p_hat, dtype=float)
-        if len(p) != len(task_ids) or len(p) == 0:
+        if len(p_hat) != len(task_ids) or len(task_ids) == 0:
             raise ValueError("update needs one success rate per task of the batch")
+        if flags is not None and len(flags) != len(task_ids):
+            raise ValueError("update needs one list of trajectory flags per task of the batch")
+        kept = []  # indices of tasks with at least one kept episode
+        for i, pi in enumerate(p_hat):
+            if flags is not None and len(flags[i]) == 0:
+                continue  # no kept episode, whatever p_hat says (a stand-in 0.0 must not count as a failure)
+            if pi is None:
+                if flags is not None:
+                    raise ValueError(f"task {task_ids[i]}: p_hat is None but it has trajectory flags {flags[i]}")
+                continue
+            kept.append(i)
+        p = np.array([float(p_hat[i]) for i in kept])
         if np.any(~np.isfinite(p)) or np.any(p < 0) or np.any(p > 1):
             raise ValueError(f"success rates must lie in [0, 1], got {p.tolist()}")
-        acc = float(p.mean())
+        if not kept:
+            return
+        ids = [task_ids[i] for i in kept]
+        f = None if flags is None else [np.asarray(flags[i], dtype=float) for i in kept]
+        # acc_B: the share of successful trajectories of the batch, so a task with more kept episodes weighs more;
+        # without flags, the mean of the task means. [ZJU-REAL/Agent-G2 gmsv/alfworld.py, update_after_train_batch:
+        # batch accuracy = mean over rollouts]
+        acc = float(np.concatenate(f).mean()) if f is not None else float(p.mean())
         if self.name == "target_acc" and acc >= 0.5:
             self.d += 1
         if c.mu_update == "sign":
@@ -215,15 +295,15 @@ class Scheduler:
         else:  # proportional
             self.mu_global += c.kp * (c.p_target - acc)
         self.mu_global = float(np.clip(self.mu_global, 0.0, c.cap))
-        ks = np.array([self.cluster[t] for t in task_ids])
-        for k in np.unique(ks):  # only clusters present in the batch move
-            if c.stats_level == "traj" and flags is not None:
-                x = np.concatenate([np.asarray(flags[i], float) for i in np.flatnonzero(ks == k)])
+        ks = np.array([self.cluster[t] for t in ids])
+        for k in np.unique(ks):  # only clusters with a kept episode in the batch move
+            if c.stats_level == "traj" and f is not None:
+                x = np.concatenate([f[j] for j in np.flatnonzero(ks == k)])
             else:
                 x = p[ks == k]
             self.A[k] = (1 - c.alpha) * self.A[k] + c.alpha * x.mean()
-            self.V[k] = (1 - c.alpha) * self.V[k] + c.alpha * x.var()
-        for t, pi in zip(task_ids, p):
+            self.V[k] = (1 - c.alpha) * self.V[k] + c.alpha * x.var()  # population variance, as np.var there
+        for t, pi in zip(ids, p):
             self.last_p[t] = float(pi)
             self.succ[t] = float(pi) if t not in self.succ else 0.5 * self.succ[t] + 0.5 * float(pi)
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from config import Config
-from scheduler import Scheduler, make_clusters, prefix_len
+from scheduler import Scheduler, balanced_thresholds, make_clusters, prefix_len, token_offsets
 
 
 def cfg(**kw):
@@ -41,10 +41,51 @@ def test_prefix_len_bounds():
 def test_prefix_len_token_mode_rounds_up_to_step():
     tok_cum = [10, 12, 40, 45]  # step lengths 10, 2, 28, 5 -> total 45
     assert prefix_len(0.0, 4, tok_cum) == 0
-    assert prefix_len(0.2, 4, tok_cum) == 1  # 9 tokens -> first step boundary reaching it is 10
-    assert prefix_len(0.3, 4, tok_cum) == 3  # 13.5 tokens -> needs 3 steps (40); action mode would give 2
+    assert prefix_len(0.2, 4, tok_cum) == 1  # floor(9) = 9 tokens -> first step end reaching it is 10
+    assert prefix_len(0.3, 4, tok_cum) == 3  # floor(13.5) = 13 tokens -> needs 3 steps (40); action units: 2
     assert prefix_len(0.3, 4) == 2
     assert prefix_len(1.0, 4, tok_cum) == 3
+
+
+class CharTok:
+    """A tokenizer with one token per character, so token counts are string lengths."""
+    def encode(self, text, add_special_tokens=True):
+        return list(text)
+
+
+def test_token_offsets_encode_the_joined_prefix():
+    # "Step 1: go" = 10 chars; "Step 2: take key" = 16; "Step 3: open door" = 17. Joined by "\n", no final newline:
+    # 10, 10 + 1 + 16 = 27, 27 + 1 + 17 = 45 (per-line counts with a "\n" after each line would give 11, 28, 46)
+    assert token_offsets(CharTok(), ["go", "take key", "open door"]) == [10, 27, 45]
+    assert token_offsets(CharTok(), [" go ", "take key\n", "open door"]) == [10, 27, 45]  # stripped, as theirs
+    assert token_offsets(CharTok(), ["go"]) == [10]
+
+
+def test_prefix_len_token_units_released_rule():
+    off = [10, 27, 45]  # L = 3
+    assert prefix_len(0.5, 3, off) == 2  # target floor(22.5) = 22 -> first end >= 22 is 27 (step 2)
+    assert prefix_len(0.25, 3, off) == 2  # floor(11.25) = 11 -> 27
+    assert prefix_len(0.02, 3, off) == 0  # floor(0.9) = 0 tokens -> no prefix (rounding up would give step 1)
+    assert prefix_len(1.0, 3, off) == 2  # 45 >= total -> all 3 steps, capped at L - 1 = 2
+    assert prefix_len(0.5, 3, off, max_steps=2) == 1  # cap min(L - 1, max_steps - 1) = min(2, 1) = 1
+    assert prefix_len(0.5, 3, off, max_steps=20) == 2
+    assert prefix_len(0.5, 3, off, max_steps=1) == 0  # min(2, 0) = 0
+    # floor, not the exact product: 20 * 0.52 = 10.4 -> 10 tokens -> step 1 already ends at 10 (10.4 would need 2)
+    assert prefix_len(0.52, 3, [10, 11, 20]) == 1
+    assert prefix_len(0.25, 3, [10, 20, 40]) == 1  # floor(10) = 10: step 1 ends exactly there
+    with pytest.raises(ValueError, match="tok_cum has 2 entries"):
+        prefix_len(0.5, 3, [10, 20])
+
+
+def test_token_depths_cap_at_max_steps():
+    # fixed ratio 1.0, offsets [10, 27, 45]: all 3 steps -> capped at min(L - 1, max_steps - 1)
+    t = [{"id": "t0", "L": 3, "tok_cum": [10, 27, 45]}]
+    assert make(lengths=(3,), scheduler="fixed", fixed_ratio=1.0, prefix_unit="token", max_steps=50) \
+        .depths(t, 0)["n"] == [2]
+    assert make(lengths=(3,), scheduler="fixed", fixed_ratio=1.0, prefix_unit="token", max_steps=2) \
+        .depths(t, 0)["n"] == [1]
+    assert make(lengths=(3,), scheduler="fixed", fixed_ratio=0.5, prefix_unit="token", max_steps=50) \
+        .depths(t, 0)["n"] == [2]  # floor(22.5) = 22 -> step 2
 
 
 def test_mu_global_sign_update_and_clip():
@@ -94,6 +135,69 @@ def test_traj_level_stats():
     s.update(["t0", "t1"], [0.5, 1.0], flags=[[1, 0], [1, 1]])
     assert s.A[0] == pytest.approx(0.75)
     assert s.V[0] == pytest.approx(0.75 * 0.25)
+
+
+def test_batch_accuracy_over_trajectories():
+    # task t0: 6 kept episodes all won, t1: 2 kept, both lost. Task means 1.0 and 0.0 -> 0.5 (inside the 0.4-0.6
+    # dead band: no move); trajectories 6 / 8 = 0.75 > 0.6 -> mu_global 0.8 - 0.1 = 0.7
+    s = make(lengths=(3, 3), K=1, mu_update="deadband", acc_low=0.4, acc_high=0.6, cap=0.8)
+    s.update(["t0", "t1"], [1.0, 0.0], flags=[[1] * 6, [0, 0]])
+    assert s.mu_global == pytest.approx(0.7)
+    t = make(lengths=(3, 3), K=1, mu_update="deadband", acc_low=0.4, acc_high=0.6, cap=0.8)
+    t.update(["t0", "t1"], [1.0, 0.0])  # no flags: mean of task means 0.5 -> no move
+    assert t.mu_global == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize("level", ["task", "traj"])
+@pytest.mark.parametrize("missing", [None, 0.0])  # None: the interface; 0.0: a stand-in a caller might pass
+def test_task_with_every_episode_errored_changes_nothing(level, missing):
+    # clusters: lengths 3, 3 -> 0; 8, 8 -> 1 (median 5.5). t0 (cluster 0) kept [1, 0]; t2 (cluster 1): every episode
+    # errored, flags []. alpha 0.2: cluster 0 gets A = 0.2 * 0.5 = 0.1 and V = 0.2 * var, var = 0.25 over the two
+    # trajectories (traj) or 0 over the one task mean (task); cluster 1 keeps A = 0.3, V = 0.02; acc_B = 0.5 ->
+    # sign(0.5 - 0.5) = 0: mu_global stays 0.8 (counting t2 as 0.0 would give 0.25 and move it to 0.9)
+    s = make(lengths=(3, 3, 8, 8), K=2, alpha=0.2, stats_level=level)
+    s.A[1], s.V[1] = 0.3, 0.02
+    s.last_p["t2"] = s.succ["t2"] = 0.25
+    s.update(["t0", "t2"], [0.5, missing], flags=[[1, 0], []])
+    assert s.mu_global == pytest.approx(0.8)
+    assert s.A.tolist() == pytest.approx([0.1, 0.3])
+    assert s.V.tolist() == pytest.approx([0.2 * 0.25 if level == "traj" else 0.0, 0.02])
+    assert s.last_p == {"t2": 0.25, "t0": 0.5} and s.succ == {"t2": 0.25, "t0": 0.5}
+    plan = s.depths(tasks_of([3, 3, 8, 8]), 1)  # no NaN reaches prefix_len
+    assert all(0 <= n < L for n, L in zip(plan["n"], [3, 3, 8, 8]))
+    # a batch where every task errored: nothing moves (nor the target-acc counter)
+    before = json.dumps(s.state_dict(), sort_keys=True)
+    s.update(["t2", "t3"], [missing, missing], flags=[[], []])
+    assert json.dumps(s.state_dict(), sort_keys=True) == before
+    if missing is None:  # without flags, None alone marks the task
+        s.update(["t0", "t2"], [0.5, None])
+        assert s.A[1] == pytest.approx(0.3) and s.mu_global == pytest.approx(0.8)
+
+
+def test_update_rejects_flags_without_p_hat():
+    s = make(stats_level="traj")
+    with pytest.raises(ValueError, match="p_hat is None but it has trajectory flags"):
+        s.update(["t0"], [None], flags=[[1, 0]])
+    with pytest.raises(ValueError, match="one list of trajectory flags per task"):
+        s.update(["t0", "t1"], [0.5, 0.5], flags=[[1, 0]])
+
+
+def test_released_presets_per_environment():
+    # ALFWorld launcher: yaml defaults batch_acc_low/high 0.4 / 0.6; WebShop launcher: 0.5 / 0.5, env.max_steps 15,
+    # 3 groups, dynamic sigma, 150 epochs; everything else as released.py
+    from config import get_config
+    a, w = get_config(["--preset", "released"]), get_config(["--preset", "released_webshop"])
+    assert (a.env, a.acc_low, a.acc_high, a.max_steps, a.K, a.sigma_mode) == ("alfworld", 0.4, 0.6, 20, 5, "fixed")
+    assert (w.env, w.acc_low, w.acc_high, w.max_steps, w.K, w.sigma_mode, w.steps) == \
+        ("webshop", 0.5, 0.5, 15, 3, "dynamic", 150)
+    assert (w.lam, w.cap, w.mu_update, w.stats_level, w.prefix_unit, w.cluster_mode, w.reward_scale) == \
+        (0.3, 0.8, "deadband", "traj", "token", "balanced", 10.0)
+    assert w.out_dir == "runs/released_webshop" and w.preset == "released_webshop"
+    s = Scheduler(w, ["t0", "t1"], [3, 3])
+    s.update(["t0", "t1"], [0.5, 0.375], flags=[[1, 0] * 4, [1, 1, 1, 0, 0, 0, 0, 0]])  # 7 / 16 < 0.5: deeper
+    assert s.mu_global == pytest.approx(0.8)  # mu0 0.8 + 0.1, capped at 0.8
+    s.update(["t0"], [0.625], flags=[[1, 1, 1, 1, 1, 0, 0, 0]])  # 5 / 8 > 0.5 -> 0.7 (0.4 / 0.6 would not move)
+    assert s.mu_global == pytest.approx(0.7)
 
 
 def test_mu_i_sigma_i_and_sigma_min():
@@ -227,6 +331,46 @@ def test_clusters_quantile_balanced_random():
     assert sorted(np.bincount(k)) == [3, 3, 4] and thr == []
     k, _ = make_clusters(L, 1, "quantile", rng)
     assert set(k) == {0}
+
+
+def test_balanced_clusters_released_rule():
+    # lengths 1 | 2 2 2 | 3 | 4 | 5 5 5 | 6: counts 1, 3, 1, 1, 3, 1 over unique [1..6]; N = 10, K = 3, N/K = 3.33.
+    # Cuts (a, b) between unique lengths (a new cluster starts at unique index a, then b) -> sizes, spread:
+    # (1,2) 1,3,6 5 | (1,3) 1,4,5 4 | (1,4) 1,5,4 4 | (1,5) 1,8,1 7 | (2,3) 4,1,5 4 | (2,4) 4,2,4 2 |
+    # (2,5) 4,5,1 4 | (3,4) 5,1,4 4 | (3,5) 5,4,1 4 | (4,5) 6,3,1 5  -> only (2,4) has spread 2:
+    # clusters {1,2,2,2} {3,4} {5,5,5,6}, thresholds = largest lengths 2 and 4 (the greedy quantile cut gave [2, 5])
+    L = [1, 2, 2, 2, 3, 4, 5, 5, 5, 6]
+    assert balanced_thresholds(L, 3) == [2.0, 4.0]
+    k, thr = make_clusters(L, 3, "balanced", np.random.default_rng(0))
+    assert thr == [2.0, 4.0] and list(k) == [0, 0, 0, 0, 1, 1, 2, 2, 2, 2]
+
+
+def test_balanced_clusters_tie_goes_to_first_cut():
+    # counts 1:1, 2:2, 3:1, 4:3, 5:1, 6:1 (N = 9, N/K = 3), K = 3; prefix counts 1, 3, 4, 7, 8, 9.
+    # (1,2) 1,2,6 5 | (1,3) 1,3,5 4 | (1,4) 1,6,2 5 | (1,5) 1,7,1 6 | (2,3) 3,1,5 4 | (2,4) 3,4,2 2 |
+    # (2,5) 3,5,1 4 | (3,4) 4,3,2 2 | (3,5) 4,4,1 3 | (4,5) 7,1,1 6
+    # (2,4) and (3,4) tie on spread 2 and on imbalance |3-3| + |4-3| + |2-3| = 2 = |4-3| + |3-3| + |2-3|; the first
+    # in combinations order, (2,4), wins -> thresholds 2 and 4 (the other would be 3 and 4)
+    L = [1, 2, 2, 3, 4, 4, 4, 5, 6]
+    assert balanced_thresholds(L, 3) == [2.0, 4.0]
+    assert list(make_clusters(L, 3, "balanced", None)[0]) == [0, 0, 0, 1, 1, 1, 1, 2, 2]
+
+
+def test_balanced_clusters_fallback_and_k5_speed():
+    import time
+    # 3 unique lengths < K = 5: quantiles 0.25, 0.5, 0.75, 1 of [2, 2, 2, 3, 3, 9] (linear, position q * 5):
+    # 1.25 -> 2, 2.5 -> 2.5 -> int 2, 3.75 -> 3, 5 -> 9; strictly increasing: 2, 3, 9; padded to 5: 2, 3, 9, 9, 9;
+    # the last (the maximum) is implied -> [2, 3, 9, 9]; clusters 3 and 4 stay empty
+    L = [2, 2, 2, 3, 3, 9]
+    assert balanced_thresholds(L, 5) == [2.0, 3.0, 9.0, 9.0]
+    assert list(make_clusters(L, 5, "balanced", None)[0]) == [0, 0, 0, 1, 1, 2]
+    assert balanced_thresholds([4, 4, 4], 2) == [4.0]  # one unique length: quantile 1 -> 4, padded to [4, 4]
+    assert balanced_thresholds([4, 7], 1) == []  # K = 1: one cluster, no cut
+    # 30 unique lengths once each, K = 5: only sizes 6 x 5 have spread 0 -> cuts after lengths 6, 12, 18, 24
+    # (C(29, 4) = 23751 cut choices tried)
+    t0 = time.time()
+    assert balanced_thresholds(list(range(1, 31)), 5) == [6.0, 12.0, 18.0, 24.0]
+    assert time.time() - t0 < 5
 
 
 def test_online_recluster_by_success():

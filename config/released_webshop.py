@@ -1,0 +1,17 @@
+# Released-code preset for WebShop: config/released.py's values, overridden where the authors' WebShop launcher
+# differs from their ALFWorld one [ZJU-REAL/Agent-G2 examples/gmsv_trainer/run_webshop.sh vs run_alfworld.sh].
+# $ torchrun --standalone --nproc_per_node=8 train.py --preset released_webshop
+from config import load_preset as _load_preset  # "_" names are not config keys (config.load_preset drops them)
+
+locals().update(_load_preset("released"))  # a preset runs as plain assignments into this scope: take released.py's
+out_dir = "runs/released_webshop"
+env = "webshop"
+webshop_backend = "official"
+max_steps = 15                 # env.max_steps=15
+steps = 150                    # trainer.total_epochs=150, one batch of 16 tasks per epoch
+acc_low = 0.5                  # gmsv.batch_acc_low=0.5, batch_acc_high=0.5: mu_global moves unless acc_B is 0.5
+acc_high = 0.5
+sigma_mode = "dynamic"         # gmsv.sigma_mode=dynamic_sigma: max(sigma_min 0.1, gamma 1.0 * V_k)
+K = 3                          # gmsv.num_difficulty_groups=3 with difficulty_group_mode=webshop_3, whose thresholds
+                               # are fixed: length <= 4 | 5 | >= 6 [gmsv/webshop.py,
+                               # _compute_webshop_three_group_thresholds]; ours stay the balanced rule over K = 3
