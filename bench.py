@@ -4,6 +4,7 @@
     python bench.py env                        # ALFWorld engine + WebShop-lite: reset/step, prefix replay, pool
     python bench.py rollout                    # tokens/s HF vs vLLM, weight-sync time, rollout time split
     python bench.py step                       # one training step's time breakdown for the cpu preset
+    python bench.py gpu [--cpu]                # one-shot GPU check (gpu_check.sh): engine, log-probs, sync, train
 """
 import argparse
 import dataclasses
@@ -359,10 +360,168 @@ def bench_step(args):
     if args.json:
         json.dump(res, open(args.json, "w"), indent=1)
 
+# ============================================================================================
+# gpu: a one-shot check of the GPU path (bash gpu_check.sh; --cpu runs the same on the tiny model)
+# ============================================================================================
+QWEN15 = dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+              intermediate_size=8960, vocab_size=151936, max_position_embeddings=4096, tie_word_embeddings=True,
+              rope_theta=1e6, rms_norm_eps=1e-6)  # Qwen2.5-1.5B's shape, random weights: no download
+
+
+def qwen15_like(out, tok_path):
+    """A randomly initialised Qwen2.5-1.5B-shaped model with tiny.py's tokenizer, saved as an HF directory."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+    tok = AutoTokenizer.from_pretrained(tok_path)
+    cfg = Qwen2Config(bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, **QWEN15)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        m = Qwen2ForCausalLM(cfg)
+    m.to(torch.bfloat16).save_pretrained(out)
+    tok.save_pretrained(out)
+    del m
+    torch.cuda.empty_cache()
+    return out
+
+
+def bench_gpu(args):
+    """Engine construction, engine-vs-trainer log-probs, weight reload, sleep/wake, then train.py's paper preset
+    under torchrun (2 steps, resume 1, 1 step with --vllm_sleep). Prints one table; --json writes it."""
+    import gc
+    import subprocess
+    import tempfile
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from config import cache_dir
+    from envs import load_tasks
+    from parallel import autocast
+    from rollout import encode_prompt, response_logprobs
+    from tiny import tiny_path
+    cuda = not args.cpu
+    if cuda and not torch.cuda.is_available():
+        sys.exit("error: no CUDA device (use --cpu for the CPU form)")
+    try:
+        import vllm  # noqa: F401
+        have_vllm = True
+    except ImportError:
+        have_vllm = False
+    work = tempfile.mkdtemp(prefix="gpu-check-")
+    path = qwen15_like(os.path.join(work, "model"), tiny_path(cache_dir())) if cuda else tiny_path(cache_dir())
+    device, dt = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
+    tok = AutoTokenizer.from_pretrained(path)
+    rows, res = [], {"device": torch.cuda.get_device_name() if cuda else "cpu", "vllm": have_vllm}
+    gb = lambda: torch.cuda.max_memory_allocated() / 2**30 if cuda else float("nan")  # noqa: E731
+
+    def row(phase, status, **kv):
+        rows.append({"phase": phase, "status": status, **kv})
+        print(f"[gpu_check] {phase}: {status} {kv}", flush=True)
+
+    prompts = [encode_prompt(tok, f"task: put a {o} in the fridge\nnow: You are in a kitchen.", 512)[0]
+               for o in ("apple", "egg", "mug", "tomato")]
+    if have_vllm:
+        from rollout import VLLMEngine
+        kw = dict(seed=0, dtype="bfloat16" if cuda else "float32", max_model_len=1024, gpu_mem=0.3,
+                  kv_gb=1.0 if cuda else 0.0)
+        # constrained: its own process (one vllm.LLM per process), built and asked for one trie-masked reply
+        code = ("import sys, json; from transformers import AutoTokenizer; from rollout import VLLMEngine, choice_ids;"
+                "tok = AutoTokenizer.from_pretrained(sys.argv[1]); kw = json.loads(sys.argv[2]);"
+                "e = VLLMEngine(sys.argv[1], tok, constrained=True, **kw);"
+                "o = e.generate([tok.encode('hi')], 16, 1.0, 0, [choice_ids(tok, ['look', 'inventory'])])[0];"
+                "print('REPLY', repr(tok.decode(o['ids'], skip_special_tokens=True)))")
+        t0 = time.time()
+        p = subprocess.run([sys.executable, "-c", code, path, json.dumps(kw)], capture_output=True, text=True,
+                           cwd=os.path.dirname(os.path.abspath(__file__)))
+        reply = [x for x in p.stdout.splitlines() if x.startswith("REPLY")]
+        ok = p.returncode == 0 and reply and reply[0][7:-1] in ("<action>look</action>", "<action>inventory</action>")
+        row("engine (constrained)", "ok" if ok else f"FAILED (exit {p.returncode})", seconds=round(time.time() - t0, 1),
+            reply=reply[0][6:] if reply else (p.stdout + p.stderr)[-300:])
+        t0 = time.time()
+        eng = VLLMEngine(path, tok, sleep=cuda, constrained=False, **kw)
+        row("engine (default runner)", "ok", seconds=round(time.time() - t0, 1))
+        policy = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
+
+        def score(outs, T):  # |engine log-prob - trainer log-prob| per sampled token (trainer: bf16 over fp32)
+            rs = [{"prompt_ids": p, "response_ids": o["ids"]} for p, o in zip(prompts, outs)]
+            with torch.no_grad(), autocast(device, dt):
+                lp, _ = response_logprobs(policy, rs, tok.pad_token_id, device, T)
+            return torch.cat([(lp[b, :len(o["ids"])].float().cpu() - torch.tensor(o["logprobs"])).abs()
+                              for b, o in enumerate(outs)])
+        for T in (1.0, 0.7):  # the engine's processed log-probs vs the trainer's
+            d = score(eng.generate(prompts, 64, T, seed=1), T)
+            row(f"log-probs T={T}", "ok", max_abs_diff=f"{d.max().item():.1e}",
+                median_abs_diff=f"{d.median().item():.1e}", tokens=len(d))
+        # reload_weights follows a perturbed layer: before the reload the engine disagrees with the perturbed
+        # trainer, after it agrees again
+        with torch.no_grad():
+            policy.model.layers[0].mlp.down_proj.weight.add_(0.5 * torch.randn_like(policy.model.layers[0].mlp.down_proj.weight))
+        before = score(eng.generate(prompts, 16, 0.0), 1.0).max().item()
+        eng.load_weights(policy.state_dict().items())
+        after = score(eng.generate(prompts, 16, 0.0), 1.0).max().item()
+        row("reload_weights", "ok" if after < 0.1 and before > 10 * after else "MISMATCH",
+            diff_before_reload=f"{before:.1e}", diff_after_reload=f"{after:.1e}")
+        if cuda:  # sleep frees the engine's memory; empty_cache + wake_up restore it
+            free0 = torch.cuda.mem_get_info()[0]
+            eng.sleep_mode(True)
+            free1 = torch.cuda.mem_get_info()[0]
+            eng.sleep_mode(False)
+            free2 = torch.cuda.mem_get_info()[0]
+            row("sleep / wake", "ok" if free1 > free0 and free2 < free1 else "NO EFFECT",
+                freed_gb=round((free1 - free0) / 2**30, 2), restored_gb=round((free1 - free2) / 2**30, 2))
+        else:
+            row("sleep / wake", "skipped (CPU)")
+        del eng, policy
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+    else:
+        for name in ("engine (default runner)", "engine (constrained)", "log-probs", "reload_weights",
+                     "sleep / wake"):
+            row(name, "skipped (vLLM not installed)")
+    # train.py itself: the paper preset under torchrun, small batch, the check's model, built-in games
+    L = max(t["L"] for t in load_tasks("train"))
+    common = ["--preset", "paper", "--model", path, "--games", "builtin", "--batch_tasks", "2", "--group_size", "2",
+              "--max_new_tokens", "32", "--max_prompt_tokens", "1024", "--max_steps", str(L + 4),
+              "--eval_games", "-1", "--train_panel", "0", "--ckpt_every", "0", "--num_workers", "2",
+              "--old_logprobs", "trainer", "--engine", "vllm" if have_vllm else "hf"]
+    if cuda:
+        common += ["--mem_cap_gb", "80"]  # the trainer's share as on an 80 GB card
+    else:
+        common += ["--dtype", "bfloat16"]  # the GPU precision path, as far as the CPU allows
+    runs = [("train 2 steps", ["--steps", "2"], "a"), ("resume +1 step", ["--steps", "3", "--resume", "auto"], "a"),
+            ("1 step, --vllm_sleep 1", ["--steps", "1", "--vllm_sleep", "1"], "b")]
+    for name, extra, run in runs:
+        out = os.path.join(work, run)
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", "train.py",
+               *common, "--out_dir", out, *extra]
+        t0 = time.time()
+        p = subprocess.run(cmd, cwd=os.path.dirname(os.path.abspath(__file__)), capture_output=True, text=True,
+                           env={**os.environ, "TQDM_DISABLE": "1"})
+        if p.returncode != 0:
+            row(name, f"FAILED (exit {p.returncode})", tail=(p.stdout + p.stderr)[-600:])
+            continue
+        rec = [json.loads(x) for x in open(os.path.join(out, "log.jsonl")) if '"eval"' not in x][-1]
+        row(name, "ok", seconds=round(time.time() - t0, 1), step=rec["step"],
+            peak_gb=round(rec["mem_peak_gb"], 2) if rec["mem_peak_gb"] else "-", sync_err=f"{rec['sync_err']:.1e}",
+            ratio_dev=rec["ratio_dev"], clipfrac=rec["clipfrac"], update_rel=f"{rec['update_rel']:.2e}",
+            lp_diff_max=f"{rec['lp_diff_max']:.1e}", reply_tokens=rec["tokens"],
+            t_gen=round(rec["t_gen"], 1), t_train=round(rec["t_train"], 1), t_sync=round(rec["t_sync"], 2))
+    res["rows"] = rows
+    print(f"\ngpu_check on {res['device']} (vLLM {'installed' if have_vllm else 'not installed'}), "
+          f"model {'Qwen2.5-1.5B-shaped, random' if cuda else 'tiny'}, {time.strftime('%Y-%m-%d')}")
+    print("| phase | status | measurements |\n|---|---|---|")
+    for r in rows:
+        print(f"| {r['phase']} | {r['status'].splitlines()[0][:80]} | "
+              + ", ".join(f"{k} {v}" for k, v in r.items() if k not in ("phase", "status", "tail")) + " |")
+    if args.json:
+        json.dump(res, open(args.json, "w"), indent=1)
+    if any(r["status"].startswith(("FAILED", "MISMATCH", "NO EFFECT")) for r in rows):
+        sys.exit(1)
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["sched", "env", "rollout", "step"])
+    ap.add_argument("what", choices=["sched", "env", "rollout", "step", "gpu"])
+    ap.add_argument("--cpu", action="store_true", help="gpu: the same checks on the tiny model, on the CPU")
     ap.add_argument("--json", default="", help="also write the numbers here")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--preset", default="cpu", help="step: the preset to time")
@@ -373,7 +532,7 @@ def main():
         return bench_sched(a)
     if extra and a.what != "step":
         ap.error(f"unrecognized arguments: {' '.join(extra)}")
-    return {"env": bench_env, "rollout": bench_rollout, "step": bench_step}[a.what](a)
+    return {"env": bench_env, "rollout": bench_rollout, "step": bench_step, "gpu": bench_gpu}[a.what](a)
 
 
 if __name__ == "__main__":

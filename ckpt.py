@@ -87,5 +87,5 @@ def load(resume, out_dir, tie_word_embeddings):
     weights = load_file(os.path.join(path, "model.safetensors"))
     if "lm_head.weight" not in weights and tie_word_embeddings:  # save_pretrained drops the tied copy
         weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
-    trainer = torch.load(os.path.join(path, "trainer.pt"), weights_only=False)
+    trainer = torch.load(os.path.join(path, "trainer.pt"), map_location="cpu", weights_only=False)  # not cuda:0
     return path, weights, trainer, json.load(open(os.path.join(path, "state.json")))

@@ -40,6 +40,7 @@ CHOICES = {
     "dtype": ["auto", "float32", "bfloat16"],
     "parallel": ["ddp", "fsdp"],
     "lr_schedule": ["cosine", "constant"],
+    "old_logprobs": ["auto", "trainer", "engine"],
 }
 
 
@@ -61,7 +62,9 @@ class Config:
     model: str = F("tiny", "hub id or local HF path; 'tiny' builds the offline tiny model in cache_dir")
     engine: str = F("auto", "rollout engine: vllm | hf | auto (vllm when it imports)")
     vllm_mem: float = F(0.5, "vLLM gpu_memory_utilization (GPU only)")
+    vllm_kv_gb: float = F(0.0, "vLLM KV cache size in GiB (GPU; overrides vllm_mem's sizing; 0 = use vllm_mem)")
     vllm_sleep: bool = F(False, "put vLLM to sleep during the update to free GPU memory")
+    mem_cap_gb: float = F(0.0, "GPU: cap this process's PyTorch allocations at N GiB (emulate a smaller card); 0 = off")
     grad_ckpt: bool = F(False, "gradient checkpointing in the policy")
     parallel: str = F("ddp", "ddp | fsdp (FSDP2 fully_shard; needed for 7B on 80 GB cards)")
     # ---- environment / prompt ----
@@ -126,6 +129,11 @@ class Config:
     weight_decay: float = F(0.0, "AdamW weight decay")
     grad_clip: float = F(1.0, "gradient-norm clip")
     clip_eps: float = F(0.2, "PPO/GRPO ratio clip epsilon")
+    dual_clip: float = F(0.0, "dual clip c > 1 for negative advantages (verl's clip_ratio_c, 3.0); 0 = off")
+    old_logprobs: str = F("auto", "pi_old from the trainer (before the batch's first step) | the engine | auto "
+                          "(trainer on CUDA, engine on CPU)")
+    tis_cap: float = F(0.0, "beyond the paper: truncated importance weight min(pi_old / pi_engine, C) on the pg term "
+                       "(needs trainer old log-probs); 0 = off")
     kl_coef: float = F(0.01, "beta: k3 KL to the reference model (0 skips the reference)")
     eta: float = F(0.5, "weight of the teacher-forced aux loss on the prefix rows (0 = no L_aux)")
     adv_level: str = F("traj", "group-normalise advantages over trajectories (paper) or step rows (released)")
@@ -169,6 +177,10 @@ def validate(cfg):
         raise ValueError("--K must be >= 1")
     if not 0 <= cfg.fixed_ratio <= 1 or not 0 <= cfg.mu0 <= 1 or not 0 < cfg.cap <= 1:
         raise ValueError("--fixed_ratio, --mu0 must lie in [0, 1] and --cap in (0, 1]")
+    if cfg.tis_cap < 0 or (cfg.tis_cap > 0 and cfg.old_logprobs == "engine"):
+        raise ValueError("--tis_cap needs the trainer's old log-probs (--old_logprobs trainer or auto) and C >= 0")
+    if cfg.dual_clip != 0 and cfg.dual_clip <= 1:
+        raise ValueError("--dual_clip must be > 1 (or 0 = off)")
     if cfg.max_steps < 1 or cfg.max_new_tokens < 1:
         raise ValueError("--max_steps and --max_new_tokens must be >= 1")
     return cfg

@@ -24,9 +24,15 @@ FREE = -2  # in an allowed reply: from here on any token (a free-text slot); see
 
 
 def group_advantages(rewards, gid, keep=None, eps=1e-6):
-    """GRPO advantage: (r - mean_g) / (std_g + eps) within each group g, population std as in verl.
+    """GRPO advantage: (r - mean_g) / (std_g + eps) within each group g, with the unbiased (n - 1) std, as verl's
+    torch.std. [ZJU-REAL/Agent-G2 verl/trainer/ppo/core_algos.py, compute_grpo_outcome_advantage]
     rewards [E] float, gid [E] long, keep [E] bool (False: an episode that hit an environment error; it leaves its
     group's statistics and gets advantage 0). A group whose kept rewards are all equal gives 0.
+    A group with one kept reward gives 0 too, and counts as zero-variance. verl instead sets mean 0, std 1 there, so
+    the lone reward becomes its own advantage (REINFORCE without a baseline, on the raw reward scale: 10 for a win
+    with reward_scale 10, against |adv| of about 1-3 elsewhere). verl meets that only in a one-sample group (e.g.
+    rollout.n = 1); here it only happens when errors removed the rest of the group, and one outcome carries no
+    relative signal.
     -> (adv [E], number of zero-variance groups among the groups with a kept episode)."""
     rewards = rewards.double()
     keep = torch.ones_like(rewards, dtype=torch.bool) if keep is None else keep
@@ -35,8 +41,8 @@ def group_advantages(rewards, gid, keep=None, eps=1e-6):
     for g in torch.unique(gid[keep]):
         sel = (gid == g) & keep  # [E]
         r = rewards[sel]
-        sd = r.std(unbiased=False)
-        if sd < 1e-8:
+        sd = r.std() if len(r) > 1 else None  # unbiased; undefined (NaN) for one reward
+        if sd is None or sd < 1e-8:
             n_zero += 1
             continue
         adv[sel] = (r - r.mean()) / (sd + eps)
@@ -139,14 +145,22 @@ def agg_weights(agg, row_tokens, episode_tokens, n_tokens, n_rows, n_episodes):
     raise ValueError(f"unknown loss aggregation {agg!r} (expected one of {AGGS})")
 
 
-def policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp=None, kl_coef=0.0):
+def policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp=None, kl_coef=0.0, tis=None, dual_clip=0.0):
     """Clipped GRPO surrogate + k3 KL to the reference, aggregated with per-row token weights.
     lp, old_lp, ref_lp, mask [b, T]; adv, w [b]. The sign: minimising this raises log pi of tokens with positive
     advantage. -> (loss, stats) with stats = weighted pg and kl terms, clip fraction and max |ratio - 1|
-    (pg, kl: weighted like the loss; clipped: a token count; all add up over micro-batches and ranks)."""
+    (pg, kl: weighted like the loss; clipped: a token count; all add up over micro-batches and ranks).
+    tis [b, T] (beyond the paper, --tis_cap): a truncated importance weight min(pi_old / pi_engine, C) on the pg
+      term, for the mismatch between the engine that sampled and the trainer that scores (constant, no gradient).
+    dual_clip c > 1 (verl's clip_ratio_c): for a negative advantage the pg term is capped at -A * c, so a token
+      whose ratio has run far past 1 + eps cannot dominate the loss. 0 = off."""
     ratio = torch.exp(lp - old_lp)  # [b, T]
     a = adv[:, None]  # [b, 1]
     pg = -torch.min(ratio * a, torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * a)  # [b, T]
+    if dual_clip > 0:
+        pg = torch.where(a < 0, torch.minimum(pg, -a * dual_clip), pg)
+    if tis is not None:
+        pg = pg * tis.detach()
     tok = pg
     kl = torch.zeros_like(lp)
     if ref_lp is not None:
@@ -160,3 +174,43 @@ def policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp=None, kl_coef=0.0):
         dev = ((ratio - 1).abs() * mask).max().item() if mask.any() else 0.0
         stats = {"pg": (pg * W).sum().item(), "kl": (kl * W).sum().item(), "clipped": clipped, "ratio_dev": dev}
     return loss, stats
+
+
+def tis_weights(old_lp, engine_lp, cap):
+    """Truncated importance sampling weights min(pi_old / pi_engine, cap) per token ([b, T] each), as verl's
+    tis_imp_ratio_cap (verl/trainer/ppo/core_algos.py): old_lp from the trainer, engine_lp as the engine sampled."""
+    return torch.exp(old_lp - engine_lp).clamp(max=cap)
+
+
+def logprob_mismatch(old_lp, engine_lp, mask):
+    """Engine vs trainer on the sampled tokens ([b, T] each): mean and max |delta log p| and the k3 estimate of
+    KL(engine || trainer) (the tokens are the engine's samples). -> (sum |d|, max |d|, sum k3, token count), sums so
+    they add over micro-batches and ranks."""
+    d = (old_lp - engine_lp) * mask  # [b, T]
+    k3 = (torch.exp(d) - d - 1) * mask
+    return d.abs().sum().item(), d.abs().max().item() if mask.any() else 0.0, k3.sum().item(), mask.sum().item()
+
+
+def adamw_update_norm(opt):
+    """||theta_new - theta_old||^2 and ||theta_old||^2 of the step torch.optim.AdamW just took, from its state,
+    without a copy of the weights (a copy is 6 GB at 1.5B in fp32). torch's AdamW (torch/optim/adam.py,
+    decoupled weight decay) does  p <- p (1 - lr wd) - u,  u = lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps),
+    so  p_old = (p_new + u) / (1 - lr wd)  and  delta = -(lr wd p_new + u) / (1 - lr wd), in float64.
+    Only parameters that had a gradient moved. FSDP2 shards (DTensor) count their local part. -> (float, float)"""
+    d2 = o2 = 0.0
+    for g in opt.param_groups:
+        lr, wd, (b1, b2), eps = g["lr"], g["weight_decay"], g["betas"], g["eps"]
+        if g.get("amsgrad") or g.get("maximize"):
+            raise ValueError("adamw_update_norm: amsgrad / maximize are not supported")
+        for p in g["params"]:
+            if p.grad is None or p not in opt.state:
+                continue
+            st = opt.state[p]
+            loc = lambda t: (t.to_local() if hasattr(t, "to_local") else t).detach().double()  # noqa: E731
+            t = float(st["step"])
+            m, v, pn = loc(st["exp_avg"]), loc(st["exp_avg_sq"]), loc(p)
+            u = lr / (1 - b1 ** t) * m / (v.sqrt() / math.sqrt(1 - b2 ** t) + eps)
+            delta = -(lr * wd * pn + u) / (1 - lr * wd)
+            d2 += (delta ** 2).sum().item()
+            o2 += ((pn - delta) ** 2).sum().item()
+    return d2, o2

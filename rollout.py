@@ -161,23 +161,25 @@ class HFEngine:
 def response_logprobs(m, rows, pad_id, device="cpu", temperature=1.0):
     """Per-token log-probs of each row's response_ids after its prompt_ids under model m (teacher forcing), at the
     rollout temperature and, for rows with "allowed", restricted to the admissible-reply trie: the distribution
-    the engine sampled from. Returns (lp [b, T_resp], mask [b, T_resp]), responses left-aligned."""
-    seqs = [r["prompt_ids"] + r["response_ids"] for r in rows]
-    T, n = max(len(s) for s in seqs), max(len(r["response_ids"]) for r in rows)
-    x = torch.full((len(rows), T), pad_id, dtype=torch.long)
-    att = torch.zeros((len(rows), T), dtype=torch.long)
-    pos = torch.zeros((len(rows), n), dtype=torch.long)  # where each response token's logits sit
-    for b, (r, s) in enumerate(zip(rows, seqs)):  # right padding
-        x[b, :len(s)], att[b, :len(s)] = torch.tensor(s), 1
-        k = len(r["response_ids"])
-        pos[b, :k] = torch.arange(len(r["prompt_ids"]) - 1, len(s) - 1)
+    the engine sampled from. Returns (lp [b, n], mask [b, n]), n = the longest response.
+    Prompts are left-padded so every response starts at column P; explicit position ids keep RoPE as unpadded.
+    Only the response positions get logits (logits_to_keep): full-vocabulary logits over whole sequences would
+    dominate activation memory (151,936 x 2.5k tokens = 1.5 GB per row in fp32 for Qwen2.5)."""
+    P, n = max(len(r["prompt_ids"]) for r in rows), max(len(r["response_ids"]) for r in rows)
+    x = torch.full((len(rows), P + n), pad_id, dtype=torch.long)
+    att = torch.zeros((len(rows), P + n), dtype=torch.long)
+    for b, r in enumerate(rows):
+        s = r["prompt_ids"] + r["response_ids"]
+        x[b, P - len(r["prompt_ids"]):P - len(r["prompt_ids"]) + len(s)] = torch.tensor(s)
+        att[b, P - len(r["prompt_ids"]):P - len(r["prompt_ids"]) + len(s)] = 1
+    pos = (att.cumsum(-1) - 1).clamp(min=0)  # [b, P + n]
     mask = torch.tensor([[1.0] * len(r["response_ids"]) + [0.0] * (n - len(r["response_ids"])) for r in rows])
-    tgt = torch.tensor([r["response_ids"] + [pad_id] * (n - len(r["response_ids"])) for r in rows])
+    tgt = torch.tensor([r["response_ids"] + [pad_id] * (n - len(r["response_ids"])) for r in rows])  # [b, n]
     opts = pad_options([trie_options(r["response_ids"], r["allowed"]) if r.get("allowed") else None for r in rows],
                        n) if any(r.get("allowed") for r in rows) else None
     x, att, pos, mask, tgt = x.to(device), att.to(device), pos.to(device), mask.to(device), tgt.to(device)
-    logits = m(input_ids=x, attention_mask=att).logits  # [b, T, V]
-    logits = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1]))  # [b, n, V]
+    # the logits at column j predict token j + 1: columns P-1 .. P+n-2 score the response (the last n + 1 kept)
+    logits = m(input_ids=x, attention_mask=att, position_ids=pos, logits_to_keep=n + 1).logits[:, :n]  # [b, n, V]
     lp = token_logprobs(logits, tgt, None if opts is None else opts.to(device), temperature)  # [b, n]
     return lp * mask, mask
 
@@ -206,21 +208,22 @@ class VLLMEngine:
     alone, in-process engine core (so weight tensors can be passed directly). Log-probs are vLLM's processed ones:
     after the trie mask (TrieMask) and the temperature, i.e. of the distribution that was sampled."""
 
-    def __init__(self, model_path, tok, seed=0, dtype="auto", max_model_len=4096, gpu_mem=0.5, sleep=False):
+    def __init__(self, model_path, tok, seed=0, dtype="auto", max_model_len=4096, gpu_mem=0.5, sleep=False,
+                 constrained=True, kv_gb=0.0):
         import torch.distributed as dist
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         quiet_vllm_reload()
+        kw, env = engine_kwargs(model_path, dtype, seed, max_model_len, gpu_mem, kv_gb, sleep, constrained,
+                                torch.cuda.is_available(), dist.is_available() and dist.is_initialized())
+        for k, v in env.items():
+            if os.environ.get(k) != v and torch.cuda.is_available():  # CPU runs V1 anyway: nothing to say
+                print(f"[vllm] {k}={v}: the trie mask of --constrained 1 is a V1-runner logits processor; "
+                      "vLLM's V2 model runner (the CUDA default) accepts only its own interface")
+            os.environ[k] = v
         from vllm import LLM
-        kw = dict(model=model_path, dtype=dtype, seed=seed, max_model_len=max_model_len, enable_prefix_caching=True,
-                  enforce_eager=not torch.cuda.is_available(), enable_sleep_mode=sleep and torch.cuda.is_available(),
-                  logits_processors=[trie_mask_processor()], logprobs_mode="processed_logprobs")
-        if torch.cuda.is_available():
-            kw["gpu_memory_utilization"] = gpu_mem
-        if dist.is_available() and dist.is_initialized():
-            kw.update(distributed_executor_backend="external_launcher", tensor_parallel_size=1)
-        self.llm, self.tok, self.sleep = LLM(**kw), tok, kw["enable_sleep_mode"]
+        self.llm, self.tok, self.sleep, self.constrained = LLM(**kw), tok, kw["enable_sleep_mode"], constrained
 
     def load_weights(self, named_tensors):
         sync_weights(self.llm, named_tensors)
@@ -232,6 +235,8 @@ class VLLMEngine:
             # vLLM-CPU cannot rewind a per-request seeded generator when a prefill is chunked ("CPU Generator
             # does not use offset"), so on CPU sampling uses the engine's seeded stream instead.
             rs = seed * 100003 + i if torch.cuda.is_available() else None
+            if allowed is not None and not self.constrained:
+                raise ValueError("this vLLM engine was built without the trie mask (constrained=False)")
             params.append(SamplingParams(n=1, temperature=temperature, top_p=1.0, top_k=0 if temperature > 0 else -1,
                                          max_tokens=max_new_tokens, logprobs=0, seed=rs,
                                          extra_args={"allowed": allowed[i]} if allowed is not None else None))
@@ -245,8 +250,36 @@ class VLLMEngine:
         return out
 
     def sleep_mode(self, on):
-        if self.sleep:
-            self.llm.sleep(level=1) if on else self.llm.wake_up()
+        if not self.sleep:
+            return
+        if on:
+            self.llm.sleep(level=1)  # weights to CPU, KV cache dropped
+        else:
+            torch.cuda.empty_cache()  # hand the trainer's freed blocks back to the driver, where vLLM allocates
+            self.llm.wake_up()
+
+
+def engine_kwargs(model_path, dtype, seed, max_model_len, gpu_mem, kv_gb, sleep, constrained, cuda, distributed):
+    """The arguments of vllm.LLM (vLLM 0.32) and the environment it needs. -> (kwargs, env vars to set).
+    - logits_processors only with --constrained 1, and then the V1 model runner: on CUDA vLLM 0.32 defaults to its
+      V2 runner when Triton is present (vllm/config/vllm.py, VllmConfig.use_v2_model_runner), and V2 rejects any
+      processor that does not subclass its own LogitsProcessor (vllm/v1/worker/gpu/sample/logits_processor/
+      loader.py). The CPU backend has no Triton and always runs V1.
+    - kv_gb > 0: a KV cache of exactly that size (kv_cache_memory_bytes, which overrides gpu_memory_utilization),
+      so the engine takes what the rollouts need instead of a share of the card."""
+    kw = dict(model=model_path, dtype=dtype, seed=seed, max_model_len=max_model_len, enable_prefix_caching=True,
+              enforce_eager=not cuda, enable_sleep_mode=bool(sleep and cuda), logprobs_mode="processed_logprobs")
+    env = {}
+    if constrained:
+        kw["logits_processors"] = [trie_mask_processor()]
+        env["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+    if cuda:
+        kw["gpu_memory_utilization"] = gpu_mem
+        if kv_gb > 0:
+            kw["kv_cache_memory_bytes"] = int(kv_gb * 2**30)
+    if distributed:
+        kw.update(distributed_executor_backend="external_launcher", tensor_parallel_size=1)
+    return kw, env
 
 
 def trie_mask_processor():
@@ -303,7 +336,8 @@ def make_engine(cfg, model_path, tok, device, seed):
             name = "hf"
     if name == "vllm":
         return VLLMEngine(model_path, tok, seed, "float32" if device == "cpu" else "bfloat16",
-                          cfg.max_prompt_tokens + cfg.max_new_tokens, cfg.vllm_mem, cfg.vllm_sleep)
+                          cfg.max_prompt_tokens + cfg.max_new_tokens, cfg.vllm_mem, cfg.vllm_sleep,
+                          cfg.constrained, cfg.vllm_kv_gb)
     return HFEngine(model_path, tok, device, torch.float32 if device == "cpu" else torch.bfloat16)
 
 

@@ -35,18 +35,17 @@ cfg = get_config(description=__doc__)  # parse before envs: the PDDL engine over
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-ddp = int(os.environ.get("RANK", -1)) != -1
+from parallel import autocast, compute_dtype, init_distributed, local_first  # noqa: E402
+
 use_cuda = torch.cuda.is_available() and cfg.device != "cpu"
-if ddp:
-    dist.init_process_group("nccl" if use_cuda else "gloo")
-    rank, world, local_rank = dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0))
-else:
-    rank, world, local_rank = 0, 1, 0
-master = rank == 0
-device = f"cuda:{local_rank}" if use_cuda else "cpu"
-dtype = {"auto": torch.bfloat16 if use_cuda else torch.float32, "float32": torch.float32,
-         "bfloat16": torch.bfloat16}[cfg.dtype]
-from grpo import agg_weights, lr_at, policy_loss, row_advantages  # noqa: E402
+ddp, rank, world, local_rank, device = init_distributed(use_cuda)  # LOCAL_RANK -> device, RANK -> data shard
+master = rank == 0  # global rank 0 alone writes logs and checkpoints
+if use_cuda and cfg.mem_cap_gb > 0:  # e.g. 80 on a 141 GB card: what an 80 GB card would leave the trainer
+    torch.cuda.set_per_process_memory_fraction(min(1.0, cfg.mem_cap_gb * 2**30 / torch.cuda.mem_get_info()[1]))
+dtype = compute_dtype(cfg.dtype, use_cuda)  # forward passes; the policy's master weights and AdamW stay fp32
+old_from_trainer = cfg.old_logprobs == "trainer" or (cfg.old_logprobs == "auto" and use_cuda)
+from grpo import (adamw_update_norm, agg_weights, logprob_mismatch, lr_at, policy_loss, row_advantages,  # noqa: E402
+                  tis_weights)
 from rollout import (Prober, group_successes, make_engine, merge, response_logprobs, rollout, seed_all,  # noqa: E402
                      split_groups, sync_check)
 
@@ -69,7 +68,8 @@ def gather(obj):
 # ------------------------------------------------------------------ tasks + env pool (before any CUDA work)
 from envs import EnvPool, batch_indices, env_spec, length_table, tasks_for, train_subset  # noqa: E402
 
-train_tasks = train_subset(tasks_for(cfg, cfg.train_split, verbose=master), cfg.train_games)
+train_tasks = train_subset(local_first(lambda: tasks_for(cfg, cfg.train_split, verbose=master), ddp, local_rank),
+                           cfg.train_games)  # each node extracts its own cache, once
 eval_tasks = tasks_for(cfg, cfg.eval_split, verbose=master)
 eval_tasks = [] if cfg.eval_games < 0 else eval_tasks[:cfg.eval_games] if cfg.eval_games else eval_tasks
 panel = [train_tasks[i] for i in np.random.default_rng(1234).permutation(len(train_tasks))[:cfg.train_panel]]
@@ -80,49 +80,56 @@ pool = EnvPool(cfg.num_workers, env_spec(cfg))
 # ------------------------------------------------------------------ models, reference, rollout engine, optimizer
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-from scheduler import Scheduler  # noqa: E402
+from scheduler import Scheduler, token_offsets  # noqa: E402
 from tiny import resolve_model  # noqa: E402
 
-model_path = resolve_model(cfg) if master else None
-model_path = gather(model_path)[0]  # rank 0 builds the tiny model once
+model_path = local_first(lambda: resolve_model(cfg), ddp, local_rank)  # 'tiny': built once per node (same seed)
 tok = AutoTokenizer.from_pretrained(model_path)
-policy = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device)
+policy = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(device)  # fp32 master weights
 if cfg.grad_ckpt:
     policy.gradient_checkpointing_enable()
 ref = None
 if cfg.kl_coef > 0 and cfg.mode in ("grpo", "aux_only"):
     ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device).eval().requires_grad_(False)
-model = policy
-if ddp and cfg.parallel == "ddp":
-    model = torch.nn.parallel.DistributedDataParallel(policy, device_ids=[local_rank] if use_cuda else None)
-elif ddp:  # FSDP2: shard every decoder layer, then the root; full weights are gathered for the engine sync
-    from torch.distributed.fsdp import fully_shard
-    for layer in policy.model.layers:
-        fully_shard(layer)
-    model = fully_shard(policy)
+model, fsdp = policy, ddp and cfg.parallel == "fsdp"
+if ddp and not fsdp:  # gradients reduced in place (no second copy); no buffers to broadcast each forward
+    model = torch.nn.parallel.DistributedDataParallel(policy, device_ids=[local_rank] if use_cuda else None,
+                                                      gradient_as_bucket_view=True, broadcast_buffers=False)
+elif fsdp:  # FSDP2: shard every decoder layer, then the root; bf16 compute over fp32 shards, fp32 reduce
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+    for m in [policy] + ([ref] if ref is not None else []):  # the reference is sharded too (7B: 15 GB in bf16)
+        for layer in m.model.layers:
+            fully_shard(layer, mp_policy=mp)
+        fully_shard(m, mp_policy=mp)
 engine = make_engine(cfg, model_path, tok, device, cfg.seed + rank)
 opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(cfg.beta1, cfg.beta2))
 sched = Scheduler(cfg, [t["id"] for t in train_tasks], [t["L"] for t in train_tasks], seed=cfg.seed)
 
 
-fsdp = ddp and cfg.parallel == "fsdp"
 if fsdp:
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                          get_optimizer_state_dict, set_model_state_dict,
                                                          set_optimizer_state_dict)
-    FULL = StateDictOptions(full_state_dict=True)  # gathered on every rank: each rank's engine needs all weights
+    FULL = StateDictOptions(full_state_dict=True)
+    FULL_CPU = StateDictOptions(full_state_dict=True, cpu_offload=True)  # checkpoints: gathered into rank 0's RAM
+prec = (lambda: contextlib.nullcontext()) if fsdp else (lambda: autocast(device, dtype))  # FSDP casts itself
+psum = [0.0]
 
 
-def full_state():
-    """Full (unsharded) weights for the engine sync and checkpoints."""
-    return get_model_state_dict(policy, options=FULL) if fsdp else policy.state_dict()
+def engine_weights():
+    """(name, full tensor) pairs for the engine sync, one at a time: under FSDP each parameter is gathered as it
+    is consumed, so no rank ever holds a second full copy of the model. Also sums them (cross-rank check)."""
+    psum[0] = 0.0
+    for k, v in policy.state_dict().items():
+        v = v.full_tensor() if hasattr(v, "full_tensor") else v  # FSDP2 DTensor -> all-gathered
+        psum[0] += v.detach().double().sum().item()
+        yield k, v
 
 
 DUMMY = {"prompt_ids": [tok.eos_token_id], "response_ids": [tok.eos_token_id]}
-# released code (--prefix_unit token): the ratio applies to the token length of the rendered "Step i: action" lines
-tok_cum = {t["id"]: np.cumsum([len(tok.encode(f"Step {i + 1}: {a}\n", add_special_tokens=False))
-                               for i, a in enumerate(t["walkthrough"])]).tolist()
-           for t in train_tasks} if cfg.prefix_unit == "token" else {}
+# released code (--prefix_unit token): the ratio applies to the token length of the rendered "Step i: action" text
+tok_cum = {t["id"]: token_offsets(tok, t["walkthrough"]) for t in train_tasks} if cfg.prefix_unit == "token" else {}
 
 
 def token_logprobs(m, rows):  # the distribution the engine sampled: trie-restricted, at the rollout temperature
@@ -137,64 +144,95 @@ def loss_terms(rows, aux, counts):
     ep_tok = {}
     for r in rows:
         ep_tok[r["eid"]] = ep_tok.get(r["eid"], 0) + len(r["response_ids"])
-    if ref is None:  # zero advantage and no KL term: these rows carry no gradient, skip their forward pass
-        rows = [r for r in rows if r["adv"] != 0.0]
     use_pg = cfg.mode == "grpo" and rows
     use_aux = cfg.mode != "grpo" or cfg.eta > 0
-    rows = sorted(rows, key=lambda r: len(r["prompt_ids"]) + len(r["response_ids"]))  # less padding per micro-batch
-    aux = sorted(aux, key=lambda r: len(r["prompt_ids"]) + len(r["response_ids"]))
-    work = ([("pg", rows[i:i + cfg.micro_batch]) for i in range(0, len(rows), cfg.micro_batch)] if use_pg else []) + \
-        ([("aux", aux[i:i + cfg.micro_batch]) for i in range(0, len(aux), cfg.micro_batch)] if use_aux else [])
+    pg_mbs = micro_batches(rows) if use_pg else []
+    work = [("pg", mb) for mb in pg_mbs] + ([("aux", mb) for mb in micro_batches(aux)] if use_aux else [])
     # every rank runs the same number of forward/backward passes (FSDP all-gathers in each; DDP reduces in the
     # last): pad with zero-loss passes on a one-token dummy row
-    n_work = torch.tensor([max(len(work), 1)])
-    if ddp:
-        dist.all_reduce(n_work, op=dist.ReduceOp.MAX)
-    work += [("none", [DUMMY])] * (int(n_work.item()) - len(work))
+    work += [("none", [DUMMY])] * (all_max(max(len(work), 1)) - len(work))
     for j, (kind, mb) in enumerate(work):
         ctx = model.no_sync() if (ddp and not fsdp and j < len(work) - 1) else contextlib.nullcontext()
         with ctx:
-            if kind == "none":
-                loss = token_logprobs(model, mb)[0].sum() * 0.0
-            elif kind == "aux":  # teacher forcing on the expert prefix: -sum log pi(a*_t | s_t), token mean
-                lp, m = token_logprobs(model, mb)
-                w = cfg.eta if cfg.mode == "grpo" else 1.0  # aux_only / SFT: the NLL alone
-                loss = -(lp * m).sum() / max(counts["aux_tokens"], 1) * w * world
-                parts["aux"] += loss.item() / w / world  # = local sum / global count
-            else:
-                lp, m = token_logprobs(model, mb)  # [b, T]
-                old = torch.zeros_like(lp)  # the engine's log-probs of the same tokens: ratio 1 on-policy
-                for b, r in enumerate(mb):
-                    old[b, :len(r["logprobs"])] = torch.tensor(r["logprobs"], device=device)
-                rlp = None
-                if ref is not None:
+            with prec():  # bf16 compute over the fp32 weights
+                if fsdp and ref is not None and kind != "pg":  # the sharded reference all-gathers: once per pass
                     with torch.no_grad():
-                        rlp = token_logprobs(ref, mb)[0]
-                w = agg_weights(cfg.loss_agg, torch.tensor([len(r["response_ids"]) for r in mb]),
-                                torch.tensor([ep_tok[r["eid"]] for r in mb]), counts["tokens"], counts["rows"],
-                                counts["episodes"]).to(device)  # [b]
-                adv = torch.tensor([r["adv"] for r in mb], device=device)  # [b]
-                loss, st = policy_loss(lp, old, adv, m, w, cfg.clip_eps, rlp, cfg.kl_coef)
-                loss = loss * world
-                for k in ("pg", "kl", "clipped"):
-                    parts[k] += st[k]
-                parts["ratio_dev"] = max(parts["ratio_dev"], st["ratio_dev"])
-            if not torch.isfinite(loss):  # still join the all-reduce (a zero loss), then skip the update
+                        token_logprobs(ref, [DUMMY])
+                if kind == "none":
+                    loss = token_logprobs(model, mb)[0].sum() * 0.0
+                elif kind == "aux":  # teacher forcing on the expert prefix: -sum log pi(a*_t | s_t), token mean
+                    lp, m = token_logprobs(model, mb)
+                    w = cfg.eta if cfg.mode == "grpo" else 1.0  # aux_only / SFT: the NLL alone
+                    loss = -(lp * m).sum() / max(counts["aux_tokens"], 1) * w * world
+                    parts["aux"] += loss.item() / w / world  # = local sum / global count
+                else:
+                    lp, m = token_logprobs(model, mb)  # [b, T]
+                    eng = padded(mb, "logprobs", lp)  # the engine's log-probs of the sampled tokens
+                    old = padded(mb, "old_lp", lp) if old_from_trainer else eng  # pi_old: before this batch's step
+                    tis = tis_weights(old, eng, cfg.tis_cap) if cfg.tis_cap > 0 else None
+                    rlp = None
+                    if ref is not None:
+                        with torch.no_grad():
+                            rlp = token_logprobs(ref, mb)[0]
+                    w = agg_weights(cfg.loss_agg, torch.tensor([len(r["response_ids"]) for r in mb]),
+                                    torch.tensor([ep_tok[r["eid"]] for r in mb]), counts["tokens"], counts["rows"],
+                                    counts["episodes"]).to(device)  # [b]
+                    adv = torch.tensor([r["adv"] for r in mb], device=device)  # [b]
+                    loss, st = policy_loss(lp, old, adv, m, w, cfg.clip_eps, rlp, cfg.kl_coef, tis, cfg.dual_clip)
+                    loss = loss * world
+                    for k in ("pg", "kl", "clipped"):
+                        parts[k] += st[k]
+                    parts["ratio_dev"] = max(parts["ratio_dev"], st["ratio_dev"])
+            if not torch.isfinite(loss):  # still backward (every rank joins the same reductions); no step follows
                 parts["finite"] = 0.0
-                loss = token_logprobs(model, [DUMMY])[0].sum() * 0.0
             loss.backward()
     return parts
 
 
-def update_size(step_fn):
-    """Run the optimizer step; return ||theta_new - theta_old|| / ||theta_old|| over all parameters (this rank's
-    shards under FSDP, summed over ranks)."""
-    params = [p for p in policy.parameters() if p.requires_grad]
-    local = lambda t: t.to_local() if hasattr(t, "to_local") else t  # noqa: E731  (FSDP2 DTensor shard)
-    before = [local(p.detach()).clone() for p in params]
-    step_fn()
-    sq = torch.tensor([sum(((local(p.detach()) - b).double() ** 2).sum().item() for p, b in zip(params, before)),
-                       sum((b.double() ** 2).sum().item() for b in before)], dtype=torch.float64)
+def micro_batches(rows):  # sorted by length: less padding per micro-batch
+    rows = sorted(rows, key=lambda r: len(r["prompt_ids"]) + len(r["response_ids"]))
+    return [rows[i:i + cfg.micro_batch] for i in range(0, len(rows), cfg.micro_batch)]
+
+
+def all_max(n):  # the largest n over ranks (CPU tensor: gloo)
+    t = torch.tensor([n])
+    if ddp:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def padded(mb, key, like):  # per-row lists of per-token values -> [b, T] like the trainer's log-probs
+    out = torch.zeros_like(like)
+    for b, r in enumerate(mb):
+        out[b, :len(r[key])] = torch.as_tensor(r[key], dtype=out.dtype, device=device)
+    return out
+
+
+@torch.no_grad()
+def old_logprobs(rows):
+    """pi_old by the trainer, with the weights before this batch's first optimizer step (verl's convention:
+    the trainer recomputes old_log_prob, verl/trainer/ppo/ray_trainer.py). Scored in the same micro-batches as
+    the loss, so with one update per batch the ratio is exactly 1. Sets row["old_lp"]; returns the engine vs
+    trainer mismatch sums (|d| sum, |d| max, k3 sum, tokens) on this rank."""
+    mbs = micro_batches(rows)
+    mis = [0.0, 0.0, 0.0, 0.0]
+    for mb in mbs + [[DUMMY]] * ((all_max(len(mbs)) - len(mbs)) if fsdp else 0):  # FSDP: matched all-gathers
+        with prec():
+            lp, m = token_logprobs(model, mb)
+        if mb[0] is DUMMY:
+            continue
+        for b, r in enumerate(mb):
+            r["old_lp"] = lp[b, :len(r["response_ids"])].float().tolist()
+        s, mx, k3, n = logprob_mismatch(lp.float(), padded(mb, "logprobs", lp).float(), m)
+        mis = [mis[0] + s, max(mis[1], mx), mis[2] + k3, mis[3] + n]
+    return mis
+
+
+def update_size():
+    """Run the optimizer step; return ||theta_new - theta_old|| / ||theta_old|| over all parameters, from AdamW's
+    state (grpo.adamw_update_norm: no copy of the weights); FSDP: this rank's shards, summed over ranks."""
+    opt.step()
+    sq = torch.tensor(adamw_update_norm(opt), dtype=torch.float64)
     if fsdp:
         dist.all_reduce(sq)
     return math.sqrt(sq[0].item() / max(sq[1].item(), 1e-30))
@@ -202,8 +240,8 @@ def update_size(step_fn):
 
 def save_checkpoint(step, reason):
     """Every rank joins the gathers; rank 0 writes (ckpt.py: atomic, keeps the newest keep_ckpts)."""
-    weights = full_state()
-    opt_state = get_optimizer_state_dict(policy, opt, options=FULL) if fsdp else opt.state_dict()
+    weights = get_model_state_dict(policy, options=FULL_CPU) if fsdp else policy.state_dict()
+    opt_state = get_optimizer_state_dict(policy, opt, options=FULL_CPU) if fsdp else opt.state_dict()
     rng = gather(ckpt.rng_state())
     if master:
         path = ckpt.save(cfg.out_dir, step, policy, tok, weights, {"opt": opt_state, "rng": rng},
@@ -227,7 +265,7 @@ if cfg.resume:
     sched.load_state_dict(st["sched"])
     start_step, redraws, log_mode = st["step"], st["redraws"], "a"
     t_start -= st.get("wall_s", 0.0)  # summary.json's wall_s: every sitting up to its last checkpoint, summed
-    engine.load_weights(full_state().items())
+    engine.load_weights(engine_weights())
     if master:
         print(f"[resume] {path}: continuing at step {start_step}")
 
@@ -249,8 +287,7 @@ def _on_signal(signum, frame):  # finish the current step, checkpoint, exit; a s
     if stop["flag"]:
         raise KeyboardInterrupt
     stop["flag"] = True
-    if master:
-        print(f"\n[signal {signum}] stopping after this step; a checkpoint will be written")
+    print(f"\n[rank {rank}: signal {signum}] every rank stops after this step; a checkpoint will be written")
 
 
 signal.signal(signal.SIGTERM, _on_signal)
@@ -326,7 +363,7 @@ for step in bar:
         for i, f in zip(r_mine, r_flags):
             flags[i] = f
     if cfg.mode not in ("sft_full", "sft_prefix"):
-        p_hat = [sum(f) / len(f) if f else 0.0 for f in flags]
+        p_hat = [sum(f) / len(f) if f else None for f in flags]  # None: every episode errored
         sched.update([t["id"] for t in tasks], p_hat, flags)
     else:
         p_hat = [float("nan")] * len(tasks)
@@ -343,17 +380,28 @@ for step in bar:
     model.train()
     engine.sleep_mode(True)  # --vllm_sleep (GPU): free the engine's memory during the update
     opt.zero_grad(set_to_none=True)
+    if ref is None:  # zero advantage and no KL term: these rows carry no gradient, skip their forward pass
+        rows = [r for r in rows if r["adv"] != 0.0]
+    mis = torch.tensor(old_logprobs(rows) if old_from_trainer and cfg.mode == "grpo" else [0.0] * 4,
+                       dtype=torch.float64)  # engine vs trainer on the sampled tokens: sum |d|, max |d|, sum k3, n
     parts = loss_terms(rows, out["aux"], counts)
     finite = torch.tensor([parts.pop("finite")], dtype=torch.float64)
     ratio_dev = torch.tensor([parts.pop("ratio_dev")], dtype=torch.float64)
     if ddp:
         dist.all_reduce(finite, op=dist.ReduceOp.MIN)
         dist.all_reduce(ratio_dev, op=dist.ReduceOp.MAX)
+        mis_max = mis[1:2].clone()
+        dist.all_reduce(mis)
+        dist.all_reduce(mis_max, op=dist.ReduceOp.MAX)
+        mis[1] = mis_max[0]
         vec = torch.tensor(list(parts.values()), dtype=torch.float64)  # each rank: its sum / the global count
         dist.all_reduce(vec)
         parts = dict(zip(parts, vec.tolist()))
     parts["clipfrac"] = parts.pop("clipped") / max(counts["tokens"], 1)
-    parts["ratio_dev"] = ratio_dev.item()  # max |pi / pi_engine - 1| over tokens: 0 when on-policy
+    parts["ratio_dev"] = ratio_dev.item()  # max |pi / pi_old - 1| over tokens: 0 with one update per batch
+    if old_from_trainer:  # how far the engine that sampled is from the trainer that scores (bf16 kernels differ)
+        n_tok = max(mis[3].item(), 1)
+        parts.update(lp_diff_mean=mis[0].item() / n_tok, lp_diff_max=mis[1].item(), lp_kl=mis[2].item() / n_tok)
     upd = 0.0
     if finite.item() < 1:
         bad += 1
@@ -368,19 +416,18 @@ for step in bar:
         bad = 0
         gnorm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip).item()
         if gnorm > 0:  # no signal, no step: Adam would turn a zero gradient into a full-size move via momentum
-            upd = update_size(opt.step)
+            upd = update_size()
     model.eval()
     t_train = time.time() - t2
     # 5. weight sync into the rollout engine
     t3 = time.time()
     engine.sleep_mode(False)
-    state = full_state()
-    engine.load_weights(state.items())
+    engine.load_weights(engine_weights())
     t_sync = time.time() - t3
-    sync_err = sync_check(engine, model, (rows or out["aux"] or [DUMMY])[0], tok.pad_token_id, device, cfg, step)
+    with prec():
+        sync_err = sync_check(engine, model, (rows or out["aux"] or [DUMMY])[0], tok.pad_token_id, device, cfg, step)
     # cross-rank consistency: every rank must hold the same weights and scheduler state
-    psum = sum(p.detach().double().sum().item() for p in state.values())
-    consist = gather((psum, json.dumps(sched.state_dict(), sort_keys=True)))
+    consist = gather((psum[0], json.dumps(sched.state_dict(), sort_keys=True)))
     # 6. log (rank 0): one dense line + JSONL
     st = gather(out["stats"])
     pst = gather(prober.stats)
@@ -388,7 +435,7 @@ for step in bar:
     zero = gather((n_zero, n_groups))
     n_err = sum(gather(len(err)))
     if master:
-        ph = [p for p in p_hat if p == p]
+        ph = [p for p in p_hat if p is not None and p == p]
         s = sched.stats()
         rec = {"step": step, "lr": lr, "success": float(np.mean(ph)) if ph else None,
                "in_band": float(np.mean([0.4 <= p <= 0.6 for p in ph])) if ph else None,
@@ -407,7 +454,8 @@ for step in bar:
                "sync_err": sync_err, "rank_param_spread": max(c[0] for c in consist) - min(c[0] for c in consist),
                "sched_same_on_ranks": len({c[1] for c in consist}) == 1,
                "t_rollout": t_roll, "t_gen": st[0].get("t_gen", 0.0), "t_env": st[0].get("t_env", 0.0),
-               "t_train": t_train, "t_sync": t_sync, "t_sched": t_sched, "t_step": time.time() - t0}
+               "t_train": t_train, "t_sync": t_sync, "t_sched": t_sched, "t_step": time.time() - t0,
+               "mem_peak_gb": torch.cuda.max_memory_allocated() / 2**30 if use_cuda else None}
         log.write(json.dumps(rec, default=_jsonable) + "\n")
         log.flush()
         if wb:
@@ -423,6 +471,7 @@ for step in bar:
     # 7. evaluation and checkpoints
     if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
         run_eval(step + 1)
+    stop["flag"] = all_max(int(stop["flag"])) > 0  # a signal to any rank stops every rank after the same step
     if stop["flag"] or (cfg.ckpt_every and (step + 1) % cfg.ckpt_every == 0) or step + 1 == cfg.steps:
         save_checkpoint(step + 1, "signal" if stop["flag"] else "periodic")
     if stop["flag"]:

@@ -3,6 +3,7 @@
 out_dir = "runs/released"
 model = "Qwen/Qwen2.5-1.5B-Instruct"
 engine = "vllm"
+vllm_kv_gb = 2.0               # KV cache per rank: 16 sequences x 2.5k tokens x 28 KB = 1.2 GB needed
 games = "official"
 prompt = "full"
 max_steps = 20                 # ALFWorld max 20 steps per episode
@@ -16,13 +17,13 @@ K = 5
 cluster_mode = "balanced"      # balanced sizes over sorted unique expert lengths
 lam = 0.3
 cap = 0.8                      # caps mu_global and the sampled ratio
-mu_update = "deadband"         # its scripts use acc_low = acc_high = 0.5
-acc_low = 0.4
+mu_update = "deadband"         # gmsv.batch_acc_low/high: the ALFWorld launcher keeps the yaml's 0.4 / 0.6
+acc_low = 0.4                  # (the WebShop one sets 0.5 / 0.5: config/released_webshop.py)
 acc_high = 0.6
 stats_level = "traj"           # A_k, V_k over 0/1 trajectory flags
 sigma_mode = "fixed"           # or "dynamic" = max(0.1, V_k)
 sigma_fixed = 0.25
-prefix_unit = "token"          # ratio of the rendered prefix's token length, rounded up to a step
+prefix_unit = "token"          # floor(r * prefix tokens), out to that step's end, at most min(L, max_steps) - 1
 eta = 0.5
 steps = 300
 batch_tasks = 16

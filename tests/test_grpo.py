@@ -13,9 +13,10 @@ def test_group_advantages_sign_and_zero_variance():
     r = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0])
     gid = torch.tensor([0, 0, 0, 0, 1, 1, 2, 2])
     adv, n_zero = group_advantages(r, gid)
-    # group 0: mean 0.25, population std sqrt(3)/4
-    sd = math.sqrt(3) / 4
-    assert adv[:4].tolist() == pytest.approx([0.75 / (sd + 1e-6), -0.25 / (sd + 1e-6)] + [-0.25 / (sd + 1e-6)] * 2)
+    # group 0: mean 0.25; squared deviations 0.5625 + 3 * 0.0625 = 0.75; unbiased (verl's torch.std) variance
+    # 0.75 / (4 - 1) = 0.25 -> std 0.5 -> advantages 0.75 / 0.5 = 1.5 and -0.25 / 0.5 = -0.5
+    assert adv[:4].tolist() == pytest.approx([0.75 / (0.5 + 1e-6)] + [-0.25 / (0.5 + 1e-6)] * 3)
+    assert adv[:4].tolist() == pytest.approx([1.5, -0.5, -0.5, -0.5], abs=1e-5)
     assert adv[0] > 0 > adv[1]  # the winner is pushed up, the losers down
     assert adv[4:].tolist() == [0.0] * 4  # all-1 and all-0 groups carry no signal
     assert n_zero == 2
@@ -27,9 +28,20 @@ def test_error_episodes_leave_their_group():
     gid = torch.tensor([0, 0, 0])
     adv, n_zero = group_advantages(r, gid, keep=torch.tensor([True, True, False]))
     assert adv[2].item() == 0.0  # the error episode trains on nothing
-    assert adv[0].item() == pytest.approx(1.0, abs=1e-4) and adv[1].item() == pytest.approx(-1.0, abs=1e-4)
+    # kept [1, 0]: mean 0.5, unbiased variance (0.25 + 0.25) / 1 = 0.5 -> std 1/sqrt(2) -> +-0.5 * sqrt(2) = +-0.7071
+    assert adv[:2].tolist() == pytest.approx([0.7071, -0.7071], abs=1e-4)
     adv, n_zero = group_advantages(torch.tensor([1.0, 1.0, 0.0]), gid, keep=torch.tensor([True, True, False]))
     assert adv.tolist() == [0.0, 0.0, 0.0] and n_zero == 1  # without the error episode the group is all-1
+
+
+def test_one_element_group_gets_zero():
+    # group 0 keeps only its reward 10.0 (its other episode errored); verl would give 10 / (1 + 1e-6) there (mean 0,
+    # std 1 for a one-sample group); we give 0 and count it as a zero-variance group. Group 1: [1, 0] as above.
+    adv, n_zero = group_advantages(torch.tensor([10.0, 0.0, 1.0, 0.0]), torch.tensor([0, 0, 1, 1]),
+                                   keep=torch.tensor([True, False, True, True]))
+    assert adv[:2].tolist() == [0.0, 0.0] and n_zero == 1
+    assert adv[2:].tolist() == pytest.approx([math.sqrt(0.5), -math.sqrt(0.5)], abs=1e-4)
+    assert torch.isfinite(adv).all()
 
 
 def test_row_advantages_traj_and_step_levels():
@@ -41,14 +53,18 @@ def test_row_advantages_traj_and_step_levels():
     rows = [{"eid": e, "gid": g, "reward": rw} for e, g, rw in
             [(1, 0, 1.0), (1, 0, 1.0), (2, 0, 0.0), (2, 0, 0.0), (2, 0, 0.0), (3, 1, 1.0), (4, 1, 0.0), (5, 2, 1.0)]]
     n_zero, n_groups = row_advantages(rows, eps, "traj")
-    # trajectory level: every row of an episode carries that episode's advantage, whatever its length
-    assert [r["adv"] for r in rows[:5]] == pytest.approx([1.0] * 2 + [-1.0] * 3, abs=1e-4)
+    # trajectory level: every row of an episode carries that episode's advantage, whatever its length; group 0's
+    # episodes [1, 0]: unbiased std 1/sqrt(2) -> +-0.5 * sqrt(2) = +-0.7071
+    h = math.sqrt(0.5)
+    assert [r["adv"] for r in rows[:5]] == pytest.approx([h] * 2 + [-h] * 3, abs=1e-4)
     # group 1 without its error episode is all-1: no signal, and the error episode's row gets 0 too
     assert rows[5]["adv"] == rows[6]["adv"] == rows[7]["adv"] == 0.0 and (n_zero, n_groups) == (1, 2)
-    # step level (released code): rows are the units; group 0 has 2 winning rows of 5
+    # step level (released code): rows are the units; group 0 has 2 winning rows of 5: mean 0.4, squared
+    # deviations 2 * 0.36 + 3 * 0.16 = 1.2, unbiased variance 1.2 / 4 = 0.3; group 1 keeps one row (eid 4 errored)
     n_zero, n_groups = row_advantages(rows, eps, "step")
-    sd = math.sqrt(0.4 * 0.6)
+    sd = math.sqrt(0.3)
     assert [r["adv"] for r in rows[:5]] == pytest.approx([0.6 / (sd + 1e-6)] * 2 + [-0.4 / (sd + 1e-6)] * 3)
+    assert [r["adv"] for r in rows[:5]] == pytest.approx([1.0954] * 2 + [-0.7303] * 3, abs=1e-4)
     assert (n_zero, n_groups) == (1, 2)
     with pytest.raises(ValueError, match="advantage level"):
         row_advantages(rows, eps, "token")

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# gpu_check.sh: one-shot check of the GPU path, no downloads, at most ~10 minutes on one GPU.
+#   bash gpu_check.sh [--json out.json]     # CUDA: a random Qwen2.5-1.5B-shaped model, vLLM if installed
+#   bash gpu_check.sh --cpu                 # the same checks on the tiny model (CI runs this form)
+# Prints one table (engine construction, engine vs trainer log-probs, reload_weights, sleep/wake, then train.py
+# --preset paper under torchrun: 2 steps, resume +1, 1 step with --vllm_sleep 1). Exit 1 if a check fails.
+set -euo pipefail
+cd "$(dirname "$0")"
+exec python bench.py gpu "$@"
