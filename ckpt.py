@@ -78,14 +78,18 @@ def trim_log(path, step, final=False):
         f.writelines(keep)
 
 
-def load(resume, out_dir, tie_word_embeddings):
-    """--resume auto|DIR -> (path, weights, trainer, state); exits with a one-line error when none is complete."""
+def load(resume, out_dir, tie_word_embeddings, weights=True):
+    """--resume auto|DIR -> (path, weights, trainer, state); exits with a one-line error when none is complete.
+    weights=False (FSDP ranks > 0, which receive rank 0's copy by broadcast): weights {} and trainer["opt"] {}.
+    trainer.pt is memory-mapped, so a rank reads only what it touches (its RNG state, not the optimizer's)."""
     path = latest(out_dir) if resume == "auto" else resume
     if path is None or not os.path.exists(os.path.join(path, "COMPLETE")):
         sys.exit(f"error: --resume {resume}: no complete checkpoint found")
     from safetensors.torch import load_file
-    weights = load_file(os.path.join(path, "model.safetensors"))
-    if "lm_head.weight" not in weights and tie_word_embeddings:  # save_pretrained drops the tied copy
-        weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
-    trainer = torch.load(os.path.join(path, "trainer.pt"), map_location="cpu", weights_only=False)  # not cuda:0
-    return path, weights, trainer, json.load(open(os.path.join(path, "state.json")))
+    sd = load_file(os.path.join(path, "model.safetensors")) if weights else {}
+    if weights and "lm_head.weight" not in sd and tie_word_embeddings:  # save_pretrained drops the tied copy
+        sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
+    trainer = torch.load(os.path.join(path, "trainer.pt"), map_location="cpu", weights_only=False, mmap=True)
+    if not weights:
+        trainer["opt"] = {}
+    return path, sd, trainer, json.load(open(os.path.join(path, "state.json")))

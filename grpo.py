@@ -191,13 +191,16 @@ def logprob_mismatch(old_lp, engine_lp, mask):
     return d.abs().sum().item(), d.abs().max().item() if mask.any() else 0.0, k3.sum().item(), mask.sum().item()
 
 
-def adamw_update_norm(opt):
+def adamw_update_norm(opt, chunk=1 << 22):
     """||theta_new - theta_old||^2 and ||theta_old||^2 of the step torch.optim.AdamW just took, from its state,
     without a copy of the weights (a copy is 6 GB at 1.5B in fp32). torch's AdamW (torch/optim/adam.py,
     decoupled weight decay) does  p <- p (1 - lr wd) - u,  u = lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps),
-    so  p_old = (p_new + u) / (1 - lr wd)  and  delta = -(lr wd p_new + u) / (1 - lr wd), in float64.
-    Only parameters that had a gradient moved. FSDP2 shards (DTensor) count their local part. -> (float, float)"""
+    so  p_old = (p_new + u) / (1 - lr wd)  and  delta = -(lr wd p_new + u) / (1 - lr wd): no cancellation, so fp32
+    is exact enough; sums in fp64. Works through `chunk` elements at a time (temporaries of 16 MB, not of a whole
+    151,936 x 1,536 embedding). Only parameters that had a gradient moved. FSDP2 shards (DTensor) count their
+    local part. -> (float, float)"""
     d2 = o2 = 0.0
+    loc = lambda t: (t.to_local() if hasattr(t, "to_local") else t).detach().reshape(-1)  # noqa: E731
     for g in opt.param_groups:
         lr, wd, (b1, b2), eps = g["lr"], g["weight_decay"], g["betas"], g["eps"]
         if g.get("amsgrad") or g.get("maximize"):
@@ -206,11 +209,12 @@ def adamw_update_norm(opt):
             if p.grad is None or p not in opt.state:
                 continue
             st = opt.state[p]
-            loc = lambda t: (t.to_local() if hasattr(t, "to_local") else t).detach().double()  # noqa: E731
             t = float(st["step"])
+            c1, c2 = lr / (1 - b1 ** t), math.sqrt(1 - b2 ** t)
             m, v, pn = loc(st["exp_avg"]), loc(st["exp_avg_sq"]), loc(p)
-            u = lr / (1 - b1 ** t) * m / (v.sqrt() / math.sqrt(1 - b2 ** t) + eps)
-            delta = -(lr * wd * pn + u) / (1 - lr * wd)
-            d2 += (delta ** 2).sum().item()
-            o2 += ((pn - delta) ** 2).sum().item()
+            for i in range(0, pn.numel(), chunk):
+                mi, vi, pi = (x[i:i + chunk].float() for x in (m, v, pn))
+                delta = -(lr * wd * pi + c1 * mi / (vi.sqrt() / c2 + eps)) / (1 - lr * wd)
+                d2 += delta.square().sum(dtype=torch.float64).item()
+                o2 += (pi - delta).square().sum(dtype=torch.float64).item()
     return d2, o2

@@ -10,6 +10,7 @@ interface, the vLLM weight sync, and the rollout loop over the env pool.
 Each turn, every live episode of the batch generates in one engine call; finished ones drop out. Expert-prefix
 steps appear in the history exactly like the agent's own and count against max_steps.
 """
+import contextlib
 import os
 import random
 import time
@@ -179,18 +180,19 @@ def response_logprobs(m, rows, pad_id, device="cpu", temperature=1.0):
                        n) if any(r.get("allowed") for r in rows) else None
     x, att, pos, mask, tgt = x.to(device), att.to(device), pos.to(device), mask.to(device), tgt.to(device)
     # the logits at column j predict token j + 1: columns P-1 .. P+n-2 score the response (the last n + 1 kept)
-    logits = m(input_ids=x, attention_mask=att, position_ids=pos, logits_to_keep=n + 1).logits[:, :n]  # [b, n, V]
+    logits = m(input_ids=x, attention_mask=att, position_ids=pos, logits_to_keep=n + 1,
+               use_cache=False).logits[:, :n]  # [b, n, V]
     lp = token_logprobs(logits, tgt, None if opts is None else opts.to(device), temperature)  # [b, n]
     return lp * mask, mask
 
 
-def sync_check(engine, model, row, pad_id, device, cfg, seed=0):
+def sync_check(engine, model, row, pad_id, device, cfg, seed=0, ctx=contextlib.nullcontext):
     """After a weight sync: the engine's greedy reply to `row`'s prompt (under the row's constraint, if any), scored
     by `model` the way the trainer scores rows. -> max |log-prob difference| (~1e-6 when the sync landed)."""
     allowed = [row["allowed"]] if "allowed" in row else None
     o = engine.generate([row["prompt_ids"]], cfg.max_new_tokens, 0.0, seed, allowed)[0]
     chk = {"prompt_ids": row["prompt_ids"], "response_ids": o["ids"], **({"allowed": row["allowed"]} if allowed else {})}
-    with torch.no_grad():
+    with torch.no_grad(), ctx():  # ctx: the trainer's precision (bf16 autocast), around the scoring only
         lp = response_logprobs(model, [chk], pad_id, device, 1.0)[0][0].cpu()
     return (lp - torch.tensor(o["logprobs"])).abs().max().item()
 
@@ -199,7 +201,7 @@ def sync_weights(llm, named_tensors):
     """The one place that touches vLLM's weight-loading internals (vLLM 0.32). Layerwise reload through
     collective_rpc, then drop the prefix cache (its KV came from the old weights). The older
     model_runner.model.load_weights path corrupts the CPU backend's repacked weights."""
-    llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(named_tensors)})
+    llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named_tensors})  # consumed lazily, in-process
     llm.reset_prefix_cache()
 
 

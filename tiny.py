@@ -68,7 +68,13 @@ def build(out, seed=0):
     model = Qwen2ForCausalLM(cfg)
     tmp = tempfile.mkdtemp(prefix=".tmp-", dir=os.path.dirname(os.path.abspath(out)) or ".")
     hf_tok.save_pretrained(tmp)
-    model.save_pretrained(tmp, safe_serialization=True)
+    # written by hand, not model.save_pretrained: under torch.distributed, transformers writes only on global rank 0
+    # (transformers/distributed/mixin.py, should_save_on_this_rank), and every node builds its own copy
+    from safetensors.torch import save_file
+    model.config.save_pretrained(tmp)
+    model.generation_config.save_pretrained(tmp)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"},  # tied to embed
+              os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(tmp, "agent_g2_tiny.json"), "w") as f:
         json.dump({"seed": seed, "version": VERSION, "arch": ARCH, "vocab": len(hf_tok)}, f, indent=1)
     if os.path.exists(out):

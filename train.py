@@ -136,14 +136,11 @@ def token_logprobs(m, rows):  # the distribution the engine sampled: trie-restri
     return response_logprobs(m, rows, tok.pad_token_id, device, cfg.temperature)
 
 
-def loss_terms(rows, aux, counts):
+def loss_terms(rows, aux, counts, ep_tok):
     """Backward of this rank's share of L = L_GRPO + eta L_aux, one micro-batch at a time. The math is grpo.py's;
     weights use global counts (tokens, rows, episodes, aux tokens over all ranks), so DDP's gradient average equals
     the single-process loss on the global batch. Returns this rank's sums of the logged terms."""
     parts = {"pg": 0.0, "kl": 0.0, "aux": 0.0, "clipped": 0.0, "ratio_dev": 0.0, "finite": 1.0}
-    ep_tok = {}
-    for r in rows:
-        ep_tok[r["eid"]] = ep_tok.get(r["eid"], 0) + len(r["response_ids"])
     use_pg = cfg.mode == "grpo" and rows
     use_aux = cfg.mode != "grpo" or cfg.eta > 0
     pg_mbs = micro_batches(rows) if use_pg else []
@@ -155,9 +152,6 @@ def loss_terms(rows, aux, counts):
         ctx = model.no_sync() if (ddp and not fsdp and j < len(work) - 1) else contextlib.nullcontext()
         with ctx:
             with prec():  # bf16 compute over the fp32 weights
-                if fsdp and ref is not None and kind != "pg":  # the sharded reference all-gathers: once per pass
-                    with torch.no_grad():
-                        token_logprobs(ref, [DUMMY])
                 if kind == "none":
                     loss = token_logprobs(model, mb)[0].sum() * 0.0
                 elif kind == "aux":  # teacher forcing on the expert prefix: -sum log pi(a*_t | s_t), token mean
@@ -183,6 +177,9 @@ def loss_terms(rows, aux, counts):
                     for k in ("pg", "kl", "clipped"):
                         parts[k] += st[k]
                     parts["ratio_dev"] = max(parts["ratio_dev"], st["ratio_dev"])
+                if fsdp and ref is not None and kind != "pg":  # the sharded reference all-gathers in every pass,
+                    with torch.no_grad():  # after the policy as in a pg pass: the same collective order on all ranks
+                        token_logprobs(ref, [DUMMY])
             if not torch.isfinite(loss):  # still backward (every rank joins the same reductions); no step follows
                 parts["finite"] = 0.0
             loss.backward()
@@ -249,15 +246,18 @@ def save_checkpoint(step, reason):
                           "wall_s": time.time() - t_start},
                          cfg, cfg.keep_ckpts)
         print(f"[ckpt] step {step} -> {path} ({reason})")
+    if ddp:  # nobody exits (torchrun then stops the others) before rank 0 has finished writing
+        dist.barrier()
 
 
 # ------------------------------------------------------------------ resume
 start_step, redraws, log_mode = 0, 0, "w"
 if cfg.resume:
-    path, sd, tr, st = ckpt.load(cfg.resume, cfg.out_dir, policy.config.tie_word_embeddings)
-    if fsdp:
-        set_model_state_dict(policy, sd, options=FULL)
-        set_optimizer_state_dict(policy, opt, tr["opt"], options=FULL)
+    path, sd, tr, st = ckpt.load(cfg.resume, cfg.out_dir, policy.config.tie_word_embeddings, not fsdp or master)
+    if fsdp:  # rank 0 reads the files and broadcasts: 8 host copies of a 7B model and its AdamW state would not fit
+        FROM0 = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        set_model_state_dict(policy, sd, options=FROM0)
+        set_optimizer_state_dict(policy, opt, tr["opt"], options=FROM0)
     else:
         policy.load_state_dict(sd)
         opt.load_state_dict(tr["opt"])
@@ -310,7 +310,7 @@ from tqdm import tqdm  # noqa: E402
 
 if start_step == 0:
     run_eval(0)
-bad = 0
+bad, stopped = 0, False
 bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, disable=not master, desc="train",
            dynamic_ncols=True)
 for step in bar:
@@ -379,12 +379,15 @@ for step in bar:
     counts = dict(zip(("tokens", "rows", "episodes", "aux_tokens"), counts.tolist()))
     model.train()
     engine.sleep_mode(True)  # --vllm_sleep (GPU): free the engine's memory during the update
-    opt.zero_grad(set_to_none=True)
+    opt.zero_grad(set_to_none=fsdp or not ddp)  # DDP: keep the gradients as views of its reduction buckets
+    ep_tok = {}  # response tokens per episode (the "episode" aggregation), over all its rows
+    for r in rows:
+        ep_tok[r["eid"]] = ep_tok.get(r["eid"], 0) + len(r["response_ids"])
     if ref is None:  # zero advantage and no KL term: these rows carry no gradient, skip their forward pass
         rows = [r for r in rows if r["adv"] != 0.0]
     mis = torch.tensor(old_logprobs(rows) if old_from_trainer and cfg.mode == "grpo" else [0.0] * 4,
                        dtype=torch.float64)  # engine vs trainer on the sampled tokens: sum |d|, max |d|, sum k3, n
-    parts = loss_terms(rows, out["aux"], counts)
+    parts = loss_terms(rows, out["aux"], counts, ep_tok)
     finite = torch.tensor([parts.pop("finite")], dtype=torch.float64)
     ratio_dev = torch.tensor([parts.pop("ratio_dev")], dtype=torch.float64)
     if ddp:
@@ -403,18 +406,18 @@ for step in bar:
         n_tok = max(mis[3].item(), 1)
         parts.update(lp_diff_mean=mis[0].item() / n_tok, lp_diff_max=mis[1].item(), lp_kl=mis[2].item() / n_tok)
     upd = 0.0
-    if finite.item() < 1:
+    # the gradient norm is the same on every rank (DDP: reduced grads; FSDP: a global norm), so is this decision
+    gnorm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip).item() if finite.item() == 1 else float("nan")
+    if not math.isfinite(gnorm):  # a non-finite loss or gradient: skip the update, stop after max_bad_steps
         bad += 1
         opt.zero_grad(set_to_none=True)
         if master:
-            print(f"[warn] step {step}: non-finite loss, update skipped ({bad} in a row)")
+            print(f"[warn] step {step}: non-finite loss or gradient, update skipped ({bad} in a row)")
         if bad >= cfg.max_bad_steps:
             save_checkpoint(step, "non-finite loss")
             sys.exit(f"error: {bad} non-finite losses in a row at step {step}; stopped (checkpoint written)")
-        gnorm = float("nan")
     else:
         bad = 0
-        gnorm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip).item()
         if gnorm > 0:  # no signal, no step: Adam would turn a zero gradient into a full-size move via momentum
             upd = update_size()
     model.eval()
@@ -424,8 +427,8 @@ for step in bar:
     engine.sleep_mode(False)
     engine.load_weights(engine_weights())
     t_sync = time.time() - t3
-    with prec():
-        sync_err = sync_check(engine, model, (rows or out["aux"] or [DUMMY])[0], tok.pad_token_id, device, cfg, step)
+    sync_err = sync_check(engine, model, (rows or out["aux"] or [DUMMY])[0], tok.pad_token_id, device, cfg, step,
+                          prec)
     # cross-rank consistency: every rank must hold the same weights and scheduler state
     consist = gather((psum[0], json.dumps(sched.state_dict(), sort_keys=True)))
     # 6. log (rank 0): one dense line + JSONL
@@ -471,14 +474,14 @@ for step in bar:
     # 7. evaluation and checkpoints
     if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
         run_eval(step + 1)
-    stop["flag"] = all_max(int(stop["flag"])) > 0  # a signal to any rank stops every rank after the same step
-    if stop["flag"] or (cfg.ckpt_every and (step + 1) % cfg.ckpt_every == 0) or step + 1 == cfg.steps:
-        save_checkpoint(step + 1, "signal" if stop["flag"] else "periodic")
-    if stop["flag"]:
+    stopped = all_max(int(stop["flag"])) > 0  # a signal to any rank stops every rank after the same step
+    if stopped or (cfg.ckpt_every and (step + 1) % cfg.ckpt_every == 0) or step + 1 == cfg.steps:
+        save_checkpoint(step + 1, "signal" if stopped else "periodic")
+    if stopped:
         break
 
 # ------------------------------------------------------------------ cleanup
-if not stop["flag"]:
+if not stopped:  # the all-reduced decision: a signal arriving after it changes nothing on any rank
     run_eval(cfg.steps)
     if master:  # the run's small record: what run_all.sh keeps and `eval.py table` reads
         from eval import run_summary
@@ -490,4 +493,4 @@ if master:
 # vLLM's own atexit shutdown tears down the process group; destroying it here first would make that fail.
 if ddp and not hasattr(engine, "llm"):
     dist.destroy_process_group()
-sys.exit(0 if not stop["flag"] else 130)
+sys.exit(130 if stopped else 0)

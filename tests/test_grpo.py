@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from grpo import (FREE, agg_weights, group_advantages, lr_at, pad_options, policy_loss, row_advantages, token_logprobs,
-                  trie_options)
+from grpo import (FREE, adamw_update_norm, agg_weights, group_advantages, logprob_mismatch, lr_at, pad_options,
+                  policy_loss, row_advantages, tis_weights, token_logprobs, trie_options)
 
 
 def test_group_advantages_sign_and_zero_variance():
@@ -209,3 +209,118 @@ def test_zero_advantage_gives_zero_gradient():
     loss, _ = policy_loss(lp, lp.detach(), torch.zeros(3), torch.ones(3, 4), torch.full((3,), 0.1), 0.2)
     loss.backward()
     assert lp.grad.abs().max().item() == 0.0
+
+
+def test_policy_loss_dual_clip_caps_negative_advantage_tokens():
+    """dual_clip c caps the pg term of a negative-advantage token at -A * c; positive advantages are untouched."""
+    # ratio 5 (lp - old = log 5) and ratio 1; row 0 has A = -1, row 1 A = +1; clip_eps 0.2, every weight 1
+    lp0 = torch.tensor([[math.log(5.0), 0.0], [math.log(5.0), 0.0]])
+    old, mask, w = torch.zeros(2, 2), torch.ones(2, 2), torch.ones(2)
+    adv = torch.tensor([-1.0, 1.0])
+    res = {}
+    for c in (0.0, 3.0):
+        lp = lp0.clone().requires_grad_()
+        loss, st = policy_loss(lp, old, adv, mask, w, 0.2, dual_clip=c)
+        loss.backward()
+        res[c] = (loss.item(), st, lp.grad)
+    # A = -1, ratio 5: -min(5 * -1, 1.2 * -1) = -(-5) = 5; with c = 3: min(5, -(-1) * 3) = 3
+    # A = -1, ratio 1: -min(-1, -1) = 1 (below the cap 3 either way)
+    # A = +1, ratio 5: -min(5, 1.2) = -1.2;  A = +1, ratio 1: -1
+    # without dual clip: 5 + 1 - 1.2 - 1 = 3.8; with c = 3: 3 + 1 - 1.2 - 1 = 1.8
+    assert res[0.0][0] == pytest.approx(3.8) and res[0.0][1]["pg"] == pytest.approx(3.8)
+    assert res[3.0][0] == pytest.approx(1.8) and res[3.0][1]["pg"] == pytest.approx(1.8)
+    # d/dlp of the uncapped term 5 = -A * exp(lp) is exp(log 5) = 5; the capped term is the constant 3: gradient 0
+    assert res[0.0][2][0, 0].item() == pytest.approx(5.0) and res[3.0][2][0, 0].item() == 0.0
+    # the positive-advantage row alone (w = [0, 1]): -1.2 - 1 = -2.2 with and without dual clip
+    for c in (0.0, 3.0):
+        loss, _ = policy_loss(lp0, old, adv, mask, torch.tensor([0.0, 1.0]), 0.2, dual_clip=c)
+        assert loss.item() == pytest.approx(-2.2)
+    # the clip statistics are the ratio's: |5 - 1| = 4 > 0.2 on two tokens, max |ratio - 1| = 4
+    assert res[3.0][1]["clipped"] == 2 and res[3.0][1]["ratio_dev"] == pytest.approx(4.0)
+
+
+def test_policy_loss_tis_weights_pg_without_gradient_and_leaves_ratio_stats():
+    """tis multiplies the per-token pg term, gets no gradient itself, and clip stats still come from the ratio."""
+    # A = +1; token 0 has ratio 1.5 (clipped: pg = -min(1.5, 1.2) = -1.2), token 1 ratio 1 (pg = -1)
+    lp = torch.tensor([[math.log(1.5), 0.0]], requires_grad=True)
+    tis = torch.tensor([[0.5, 2.0]], requires_grad=True)
+    loss, st = policy_loss(lp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2), torch.tensor([1.0]), 0.2,
+                           tis=tis)
+    loss.backward()
+    # weighted: -1.2 * 0.5 + -1 * 2.0 = -0.6 - 2.0 = -2.6 (unweighted it would be -2.2)
+    assert loss.item() == pytest.approx(-2.6) and st["pg"] == pytest.approx(-2.6)
+    # token 0 is clipped (no gradient); token 1: d/dlp (-exp(lp) * 2.0) at lp = 0 is -2.0
+    assert lp.grad[0].tolist() == pytest.approx([0.0, -2.0])
+    assert tis.grad is None  # a constant weight: nothing flows into it
+    # stats from the ratio alone: |1.5 - 1| = 0.5 > 0.2 on one token (ratio * tis would give 0.75 and 2.0)
+    assert st["clipped"] == 1 and st["ratio_dev"] == pytest.approx(0.5)
+
+
+def test_tis_weights_truncated_ratio_old_over_engine():
+    """tis_weights = exp(old - engine) capped at cap (pi_old / pi_engine, not the inverse)."""
+    old = torch.tensor([[math.log(2.0) - 1.0, math.log(0.5) + 0.3, -0.3]])
+    engine = torch.tensor([[-1.0, 0.3, -0.3]])
+    # old - engine = log 2, log 0.5, 0 -> ratios 2 (capped to 1.5), 0.5, 1
+    assert tis_weights(old, engine, 1.5)[0].tolist() == pytest.approx([1.5, 0.5, 1.0])
+    # a cap above every ratio leaves them: 2, 0.5, 1
+    assert tis_weights(old, engine, 10.0)[0].tolist() == pytest.approx([2.0, 0.5, 1.0])
+
+
+def test_logprob_mismatch_sums_over_masked_tokens():
+    """logprob_mismatch -> (sum |d|, max |d|, sum k3, count) with d = old - engine, masked positions ignored."""
+    old = torch.tensor([[-0.9, 0.3, 50.0], [-2.0, 40.0, 0.0]])
+    engine = torch.tensor([[-1.0, 0.5, 0.0], [-2.0, 0.0, -30.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    s_abs, m_abs, s_k3, n = logprob_mismatch(old, engine, mask)
+    # kept d = 0.1, -0.2, 0 (the 50, 40 and 30 sit at masked positions)
+    # sum |d| = 0.3, max |d| = 0.2, count 3
+    # k3 = exp(d) - d - 1: exp(0.1) - 1.1 = 1.1051709 - 1.1 = 0.0051709; exp(-0.2) - 0.8 = 0.8187308 - 0.8
+    # = 0.0187308; d = 0 gives 0 -> sum 0.0239017  (with d = engine - old it would be 0.0048374 + 0.0214028
+    # = 0.0262402)
+    assert s_abs == pytest.approx(0.3, abs=1e-6) and m_abs == pytest.approx(0.2, abs=1e-6) and n == 3
+    assert s_k3 == pytest.approx(0.0239017, abs=1e-6)
+    assert logprob_mismatch(old, engine, torch.zeros(2, 3)) == (0.0, 0.0, 0.0, 0.0)  # nothing kept
+
+
+def _adamw_step_reference(opt, params):
+    """One opt.step(); -> (||p_new - p_old||^2, ||p_old||^2) over the parameters with a gradient, from clones."""
+    moved = [p for p in params if p.grad is not None]
+    before = [p.detach().double().clone() for p in moved]
+    opt.step()
+    d2 = sum(((p.detach().double() - b) ** 2).sum().item() for p, b in zip(moved, before))
+    return d2, sum((b ** 2).sum().item() for b in before)
+
+
+@pytest.mark.parametrize("dtype, rel", [(torch.float64, 1e-6), (torch.float32, 1e-5)])  # fp32: train.py's weights
+def test_adamw_update_norm_matches_a_copy_of_the_weights(dtype, rel):
+    """adamw_update_norm equals the clone-and-difference update size, over steps 1 and 2, with and without wd."""
+    torch.manual_seed(0)
+    a = torch.nn.Parameter(torch.randn(2, 3, dtype=dtype))  # group with weight decay 0.01
+    b = torch.nn.Parameter(torch.randn(4, dtype=dtype))  # same group; no gradient at step 2
+    c = torch.nn.Parameter(torch.randn(3, dtype=dtype))  # group without weight decay
+    never = torch.nn.Parameter(torch.ones(5, dtype=dtype))  # never gets a gradient
+    opt = torch.optim.AdamW([{"params": [a, b], "weight_decay": 0.01}, {"params": [c, never], "weight_decay": 0.0}],
+                            lr=0.1)
+    params = [a, b, c, never]
+    for step, uses in ((1, (a, b, c)), (2, (a, c))):  # step 2: b.grad is None but b has AdamW state from step 1
+        opt.zero_grad(set_to_none=True)
+        sum(((p - 0.3 * step) ** 3).sum() for p in uses).backward()
+        ref = _adamw_step_reference(opt, params)
+        got = adamw_update_norm(opt)
+        assert got[0] == pytest.approx(ref[0], rel=rel) and got[1] == pytest.approx(ref[1], rel=rel), step
+        assert ref[0] > 0
+
+
+@pytest.mark.parametrize("wd, delta2", [(0.0, 0.01), (0.01, 0.010201)])
+def test_adamw_update_norm_first_step_by_hand(wd, delta2):
+    """First AdamW step on a scalar p = 1, g = 2, lr 0.1: delta = -(lr + lr wd p), ||theta_old||^2 = 1."""
+    # m = 0.1 * 2 = 0.2, v = 0.001 * 4 = 0.004; m_hat = 0.2 / 0.1 = 2, v_hat = 0.004 / 0.001 = 4 -> u = 0.1 * 2 / 2
+    # = 0.1 (eps 1e-8 is negligible); wd 0: p = 1 - 0.1 = 0.9, delta^2 = 0.01; wd 0.01: p = 1 * (1 - 0.1 * 0.01)
+    # - 0.1 = 0.899, delta = -0.101, delta^2 = 0.010201
+    p = torch.nn.Parameter(torch.tensor(1.0, dtype=torch.float64))
+    opt = torch.optim.AdamW([p], lr=0.1, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd)
+    (2.0 * p).backward()  # grad 2
+    opt.step()
+    assert p.item() == pytest.approx(1.0 - math.sqrt(delta2), rel=1e-6)
+    d2, o2 = adamw_update_norm(opt)
+    assert d2 == pytest.approx(delta2, rel=1e-6) and o2 == pytest.approx(1.0, rel=1e-6)

