@@ -139,6 +139,8 @@ class Config:
     adv_level: str = F("traj", "group-normalise advantages over trajectories (paper) or step rows (released)")
     loss_agg: str = F("token-mean", "token-mean | seq-mean-token-sum | seq-mean-token-mean | episode (grpo.py)")
     micro_batch: int = F(16, "rows per forward/backward micro-batch")
+    ppo_mini_batch: int = F(0, "step rows (global) per optimizer step; a batch takes several in order (0 = one step)")
+    entropy_coef: float = F(0.0, "entropy bonus on the policy's tokens (verl's entropy_coeff)")
     max_bad_steps: int = F(3, "stop after this many non-finite losses in a row")
     # ---- evaluation / logging / checkpoints ----
     eval_every: int = F(50, "hint-free evaluation every this many steps (0: only start and end)")
@@ -181,6 +183,8 @@ def validate(cfg):
         raise ValueError("--tis_cap needs the trainer's old log-probs (--old_logprobs trainer or auto) and C >= 0")
     if cfg.dual_clip != 0 and cfg.dual_clip <= 1:
         raise ValueError("--dual_clip must be > 1 (or 0 = off)")
+    if cfg.ppo_mini_batch < 0 or cfg.entropy_coef < 0:
+        raise ValueError("--ppo_mini_batch and --entropy_coef must be >= 0")
     if cfg.max_steps < 1 or cfg.max_new_tokens < 1:
         raise ValueError("--max_steps and --max_new_tokens must be >= 1")
     return cfg

@@ -124,6 +124,32 @@ def token_logprobs(logits, targets, options=None, temperature=1.0):
     return tgt - torch.where(constrained, lse_opt, lse_all)
 
 
+def token_entropy(logits, options=None, temperature=1.0):
+    """Entropy of the distribution that is sampled at each position: softmax(logits / T), restricted and
+    renormalised where options say so (as token_logprobs). logits [b, T, V], options [b, T, K] -> [b, T]."""
+    z = logits.float() / (temperature if temperature > 0 else 1.0)
+    p = torch.softmax(z, -1)
+    h = torch.logsumexp(z, -1) - (p * z).sum(-1)  # [b, T]
+    if options is None:
+        return h
+    opt = z.gather(-1, options.clamp(min=0)).masked_fill(options < 0, float("-inf"))  # [b, T, K]
+    q = torch.softmax(opt, -1)
+    h_opt = torch.logsumexp(opt, -1) - (q * opt.masked_fill(options < 0, 0.0)).sum(-1)
+    return torch.where((options >= 0).any(-1), h_opt, h)
+
+
+def step_rewards(won, invalid, reward_scale, invalid_penalty, level):
+    """Reward of each step row of one episode. won: bool; invalid: [n] bools, one per policy step.
+    traj (paper): every row gets the episode's reward, reward_scale * won - invalid_penalty * (number invalid);
+    step (released code): each row gets reward_scale * won - invalid_penalty * [this step was invalid]
+    (verl-agent's per-step invalid-action penalty). -> [n] floats."""
+    if level == "traj":
+        return [reward_scale * float(won) - invalid_penalty * sum(invalid)] * len(invalid)
+    if level == "step":
+        return [reward_scale * float(won) - invalid_penalty * float(b) for b in invalid]
+    raise ValueError(f"unknown advantage level {level!r} (expected traj or step)")
+
+
 def agg_weights(agg, row_tokens, episode_tokens, n_tokens, n_rows, n_episodes):
     """Weight of each token of each row so that loss = sum_rows w_row * sum_t tok_loss_t is the aggregation's mean.
     row_tokens [b]: response tokens of the row; episode_tokens [b]: response tokens of the row's whole episode;
@@ -145,7 +171,8 @@ def agg_weights(agg, row_tokens, episode_tokens, n_tokens, n_rows, n_episodes):
     raise ValueError(f"unknown loss aggregation {agg!r} (expected one of {AGGS})")
 
 
-def policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp=None, kl_coef=0.0, tis=None, dual_clip=0.0):
+def policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp=None, kl_coef=0.0, tis=None, dual_clip=0.0, entropy=None,
+                entropy_coef=0.0):
     """Clipped GRPO surrogate + k3 KL to the reference, aggregated with per-row token weights.
     lp, old_lp, ref_lp, mask [b, T]; adv, w [b]. The sign: minimising this raises log pi of tokens with positive
     advantage. -> (loss, stats) with stats = weighted pg and kl terms, clip fraction and max |ratio - 1|
@@ -153,7 +180,9 @@ def policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp=None, kl_coef=0.0, ti
     tis [b, T] (beyond the paper, --tis_cap): a truncated importance weight min(pi_old / pi_engine, C) on the pg
       term, for the mismatch between the engine that sampled and the trainer that scores (constant, no gradient).
     dual_clip c > 1 (verl's clip_ratio_c): for a negative advantage the pg term is capped at -A * c, so a token
-      whose ratio has run far past 1 + eps cannot dominate the loss. 0 = off."""
+      whose ratio has run far past 1 + eps cannot dominate the loss. 0 = off.
+    entropy [b, T] (token_entropy) with entropy_coef: - coef * H per token, aggregated like the pg term (verl's
+      entropy_coeff): minimising the loss raises the entropy."""
     ratio = torch.exp(lp - old_lp)  # [b, T]
     a = adv[:, None]  # [b, 1]
     pg = -torch.min(ratio * a, torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * a)  # [b, T]
@@ -167,12 +196,15 @@ def policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp=None, kl_coef=0.0, ti
         d = ref_lp - lp
         kl = torch.exp(d) - d - 1  # k3: unbiased, >= 0
         tok = pg + kl_coef * kl
+    ent = torch.zeros_like(lp) if entropy is None else entropy
+    tok = tok - entropy_coef * ent
     W = w[:, None] * mask  # [b, T]
     loss = (tok * W).sum()
     with torch.no_grad():
         clipped = (((ratio - 1).abs() > clip_eps).float() * mask).sum().item()
         dev = ((ratio - 1).abs() * mask).max().item() if mask.any() else 0.0
-        stats = {"pg": (pg * W).sum().item(), "kl": (kl * W).sum().item(), "clipped": clipped, "ratio_dev": dev}
+        stats = {"pg": (pg * W).sum().item(), "kl": (kl * W).sum().item(), "entropy": (ent * W).sum().item(),
+                 "clipped": clipped, "ratio_dev": dev}
     return loss, stats
 
 

@@ -96,7 +96,7 @@ def memory_gb(size, world=8, fsdp=False, seqs=16, seq_len=2560, micro_batch=8, r
 
 def memory_table():
     cols = [("1.5B", False), ("7B", True)]
-    rows = {k: [memory_gb(s, fsdp=f)[k] for s, f in cols] for k in memory_gb("1.5B")}
+    rows = {k: [memory_gb(s, fsdp=f, kv_gb=2.0)[k] for s, f in cols] for k in memory_gb("1.5B")}  # presets: 2 GiB KV
     out = ["| per rank, GB (8 ranks) | Qwen2.5-1.5B, DDP | Qwen2.5-7B, FSDP2 |", "|---|---:|---:|"]
     out += [f"| {k} | {a:.1f} | {b:.1f} |" for k, (a, b) in rows.items()]
     return "\n".join(out)

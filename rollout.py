@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from grpo import FREE, pad_options, token_logprobs, trie_options
+from grpo import FREE, pad_options, step_rewards, token_entropy, token_logprobs, trie_options
 
 PROMPT_TEXT = (
     "You are a household robot in a text world. Your task is to: "
@@ -159,10 +159,11 @@ class HFEngine:
         return out
 
 
-def response_logprobs(m, rows, pad_id, device="cpu", temperature=1.0):
+def response_logprobs(m, rows, pad_id, device="cpu", temperature=1.0, entropy=False):
     """Per-token log-probs of each row's response_ids after its prompt_ids under model m (teacher forcing), at the
     rollout temperature and, for rows with "allowed", restricted to the admissible-reply trie: the distribution
-    the engine sampled from. Returns (lp [b, n], mask [b, n]), n = the longest response.
+    the engine sampled from. Returns (lp [b, n], mask [b, n]), n = the longest response; with entropy=True also
+    the entropy of that distribution per position ([b, n], grpo.token_entropy).
     Prompts are left-padded so every response starts at column P; explicit position ids keep RoPE as unpadded.
     Only the response positions get logits (logits_to_keep): full-vocabulary logits over whole sequences would
     dominate activation memory (151,936 x 2.5k tokens = 1.5 GB per row in fp32 for Qwen2.5)."""
@@ -182,7 +183,10 @@ def response_logprobs(m, rows, pad_id, device="cpu", temperature=1.0):
     # the logits at column j predict token j + 1: columns P-1 .. P+n-2 score the response (the last n + 1 kept)
     logits = m(input_ids=x, attention_mask=att, position_ids=pos, logits_to_keep=n + 1,
                use_cache=False).logits[:, :n]  # [b, n, V]
-    lp = token_logprobs(logits, tgt, None if opts is None else opts.to(device), temperature)  # [b, n]
+    opts = None if opts is None else opts.to(device)
+    lp = token_logprobs(logits, tgt, opts, temperature)  # [b, n]
+    if entropy:
+        return lp * mask, mask, token_entropy(logits, opts, temperature) * mask
     return lp * mask, mask
 
 
@@ -436,8 +440,9 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
                          "won": bool(e["won"]), "reward": reward, "steps": e.get("steps", 0),
                          "score": float(e.get("score", 0.0)) if not e["error"] else 0.0,
                          "invalid": e["invalid"], "error": e["error"]})
-        for r in e["rows"]:
-            r["reward"] = reward
+        for r, rr in zip(e["rows"], step_rewards(e["won"], [not x["valid"] for x in e["rows"]], cfg.reward_scale,
+                                                 cfg.invalid_penalty, cfg.adv_level)):
+            r["reward"] = rr  # traj: the episode's reward; step (released): won minus this step's own penalty
             rows.append(r)
     st["t_total"] = time.time() - t_start
     st["t_overhead"] = st["t_total"] - st["t_gen"] - st["t_env"]

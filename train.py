@@ -132,15 +132,15 @@ DUMMY = {"prompt_ids": [tok.eos_token_id], "response_ids": [tok.eos_token_id]}
 tok_cum = {t["id"]: token_offsets(tok, t["walkthrough"]) for t in train_tasks} if cfg.prefix_unit == "token" else {}
 
 
-def token_logprobs(m, rows):  # the distribution the engine sampled: trie-restricted, at the rollout temperature
-    return response_logprobs(m, rows, tok.pad_token_id, device, cfg.temperature)
+def token_logprobs(m, rows, entropy=False):  # the distribution the engine sampled: trie-restricted, at temperature
+    return response_logprobs(m, rows, tok.pad_token_id, device, cfg.temperature, entropy)
 
 
 def loss_terms(rows, aux, counts, ep_tok):
     """Backward of this rank's share of L = L_GRPO + eta L_aux, one micro-batch at a time. The math is grpo.py's;
     weights use global counts (tokens, rows, episodes, aux tokens over all ranks), so DDP's gradient average equals
     the single-process loss on the global batch. Returns this rank's sums of the logged terms."""
-    parts = {"pg": 0.0, "kl": 0.0, "aux": 0.0, "clipped": 0.0, "ratio_dev": 0.0, "finite": 1.0}
+    parts = {"pg": 0.0, "kl": 0.0, "entropy": 0.0, "aux": 0.0, "clipped": 0.0, "ratio_dev": 0.0, "finite": 1.0}
     use_pg = cfg.mode == "grpo" and rows
     use_aux = cfg.mode != "grpo" or cfg.eta > 0
     pg_mbs = micro_batches(rows) if use_pg else []
@@ -160,7 +160,8 @@ def loss_terms(rows, aux, counts, ep_tok):
                     loss = -(lp * m).sum() / max(counts["aux_tokens"], 1) * w * world
                     parts["aux"] += loss.item() / w / world  # = local sum / global count
                 else:
-                    lp, m = token_logprobs(model, mb)  # [b, T]
+                    lp, m, ent = token_logprobs(model, mb, True) if cfg.entropy_coef > 0 else \
+                        (*token_logprobs(model, mb), None)  # [b, T] each
                     eng = padded(mb, "logprobs", lp)  # the engine's log-probs of the sampled tokens
                     old = padded(mb, "old_lp", lp) if old_from_trainer else eng  # pi_old: before this batch's step
                     tis = tis_weights(old, eng, cfg.tis_cap) if cfg.tis_cap > 0 else None
@@ -172,9 +173,10 @@ def loss_terms(rows, aux, counts, ep_tok):
                                     torch.tensor([ep_tok[r["eid"]] for r in mb]), counts["tokens"], counts["rows"],
                                     counts["episodes"]).to(device)  # [b]
                     adv = torch.tensor([r["adv"] for r in mb], device=device)  # [b]
-                    loss, st = policy_loss(lp, old, adv, m, w, cfg.clip_eps, rlp, cfg.kl_coef, tis, cfg.dual_clip)
+                    loss, st = policy_loss(lp, old, adv, m, w, cfg.clip_eps, rlp, cfg.kl_coef, tis, cfg.dual_clip,
+                                           ent, cfg.entropy_coef)
                     loss = loss * world
-                    for k in ("pg", "kl", "clipped"):
+                    for k in ("pg", "kl", "entropy", "clipped"):
                         parts[k] += st[k]
                     parts["ratio_dev"] = max(parts["ratio_dev"], st["ratio_dev"])
                 if fsdp and ref is not None and kind != "pg":  # the sharded reference all-gathers in every pass,
@@ -233,6 +235,59 @@ def update_size():
     if fsdp:
         dist.all_reduce(sq)
     return math.sqrt(sq[0].item() / max(sq[1].item(), 1e-30))
+
+
+def update(rows, aux):
+    """The batch's optimizer steps. Its step rows, in order, form mini-batches of --ppo_mini_batch global rows
+    (0: one mini-batch), the aux rows are spread over them alike, and each mini-batch's loss is normalised by its
+    own global counts (verl-agent's dp_actor: several optimizer steps per batch). pi_old is fixed for all of them
+    before the first step. -> (logged parts, summed relative update size, mean grad norm; nan if any non-finite)."""
+    per_rank = -(-cfg.ppo_mini_batch // world) if cfg.ppo_mini_batch else max(len(rows), 1)
+    n_mb = all_max(max(1, -(-len(rows) // per_rank)))  # every rank takes the same number of optimizer steps
+    k_aux = -(-len(aux) // n_mb)
+    mbs = [(rows[i * per_rank:(i + 1) * per_rank], aux[i * k_aux:(i + 1) * k_aux]) for i in range(n_mb)]
+    # rows with zero advantage and no KL term carry no gradient: no forward pass (they still count in the means)
+    keep = (lambda mb: mb) if ref is not None else (lambda mb: [r for r in mb if r["adv"] != 0.0])
+    mis, mis_max = [0.0, 0.0, 0.0], 0.0  # engine vs trainer on the sampled tokens: sum |d|, sum k3, tokens; max |d|
+    for mb, _ in mbs if old_from_trainer and cfg.mode == "grpo" else []:
+        s, mx, k3, n = old_logprobs(keep(mb))
+        mis, mis_max = [mis[0] + s, mis[1] + k3, mis[2] + n], max(mis_max, mx)
+    tot = {"pg": 0.0, "kl": 0.0, "entropy": 0.0, "aux": 0.0, "clipped": 0.0}
+    upd, gnorms, dev = 0.0, [], 0.0
+    for mb, amb in mbs:
+        ep_tok = {}  # response tokens per episode within the mini-batch (the "episode" aggregation)
+        for r in mb:
+            ep_tok[r["eid"]] = ep_tok.get(r["eid"], 0) + len(r["response_ids"])
+        c = torch.tensor([sum(ep_tok.values()), len(mb), len(ep_tok), sum(len(r["response_ids"]) for r in amb)],
+                         dtype=torch.float64)
+        if ddp:
+            dist.all_reduce(c)
+        counts = dict(zip(("tokens", "rows", "episodes", "aux_tokens"), c.tolist()))
+        opt.zero_grad(set_to_none=fsdp or not ddp)  # DDP: keep the gradients as views of its reduction buckets
+        parts = loss_terms(keep(mb), amb, counts, ep_tok)
+        finite = all_max(int(parts.pop("finite") < 1)) == 0
+        dev = max(dev, parts.pop("ratio_dev"))
+        for k in tot:
+            tot[k] += parts[k]
+        # the gradient norm is the same on every rank (DDP: reduced grads; FSDP: a global norm), so is this decision
+        gnorm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip).item() if finite else math.nan
+        gnorms.append(gnorm)
+        if not math.isfinite(gnorm):
+            opt.zero_grad(set_to_none=True)
+        elif gnorm > 0:  # no signal, no step: Adam would turn a zero gradient into a full-size move via momentum
+            upd += update_size()
+    S = torch.tensor(list(tot.values()) + [sum(len(r["response_ids"]) for r in rows)] + mis, dtype=torch.float64)
+    M = torch.tensor([dev, mis_max], dtype=torch.float64)
+    if ddp:  # sums and maxima over ranks
+        dist.all_reduce(S)
+        dist.all_reduce(M, op=dist.ReduceOp.MAX)
+    S = S.tolist()
+    out = {k: v / n_mb for k, v in zip(("pg", "kl", "entropy", "aux"), S)}  # each mini-batch's mean, averaged
+    out["clipfrac"] = S[4] / max(S[5], 1)
+    out["ratio_dev"] = M[0].item()  # max |pi / pi_old - 1|: 0 with one update per batch, > 0 from the second on
+    if old_from_trainer:  # how far the engine that sampled is from the trainer that scores (bf16 kernels differ)
+        out.update(lp_diff_mean=S[6] / max(S[8], 1), lp_diff_max=M[1].item(), lp_kl=S[7] / max(S[8], 1))
+    return out, upd, float(np.mean(gnorms)) if all(map(math.isfinite, gnorms)) else math.nan
 
 
 def save_checkpoint(step, reason):
@@ -372,45 +427,11 @@ for step in bar:
     err = {e["eid"] for e in out["episodes"] if e["error"]}
     rows = [r for r in out["rows"] if r["eid"] not in err]
     n_zero, n_groups = row_advantages(rows, out["episodes"], cfg.adv_level) if out["episodes"] else (0, 0)
-    counts = torch.tensor([sum(len(r["response_ids"]) for r in rows), len(rows), len({r["eid"] for r in rows}),
-                           sum(len(r["response_ids"]) for r in out["aux"])], dtype=torch.float64)
-    if ddp:
-        dist.all_reduce(counts)
-    counts = dict(zip(("tokens", "rows", "episodes", "aux_tokens"), counts.tolist()))
     model.train()
     engine.sleep_mode(True)  # --vllm_sleep (GPU): free the engine's memory during the update
-    opt.zero_grad(set_to_none=fsdp or not ddp)  # DDP: keep the gradients as views of its reduction buckets
-    ep_tok = {}  # response tokens per episode (the "episode" aggregation), over all its rows
-    for r in rows:
-        ep_tok[r["eid"]] = ep_tok.get(r["eid"], 0) + len(r["response_ids"])
-    if ref is None:  # zero advantage and no KL term: these rows carry no gradient, skip their forward pass
-        rows = [r for r in rows if r["adv"] != 0.0]
-    mis = torch.tensor(old_logprobs(rows) if old_from_trainer and cfg.mode == "grpo" else [0.0] * 4,
-                       dtype=torch.float64)  # engine vs trainer on the sampled tokens: sum |d|, max |d|, sum k3, n
-    parts = loss_terms(rows, out["aux"], counts, ep_tok)
-    finite = torch.tensor([parts.pop("finite")], dtype=torch.float64)
-    ratio_dev = torch.tensor([parts.pop("ratio_dev")], dtype=torch.float64)
-    if ddp:
-        dist.all_reduce(finite, op=dist.ReduceOp.MIN)
-        dist.all_reduce(ratio_dev, op=dist.ReduceOp.MAX)
-        mis_max = mis[1:2].clone()
-        dist.all_reduce(mis)
-        dist.all_reduce(mis_max, op=dist.ReduceOp.MAX)
-        mis[1] = mis_max[0]
-        vec = torch.tensor(list(parts.values()), dtype=torch.float64)  # each rank: its sum / the global count
-        dist.all_reduce(vec)
-        parts = dict(zip(parts, vec.tolist()))
-    parts["clipfrac"] = parts.pop("clipped") / max(counts["tokens"], 1)
-    parts["ratio_dev"] = ratio_dev.item()  # max |pi / pi_old - 1| over tokens: 0 with one update per batch
-    if old_from_trainer:  # how far the engine that sampled is from the trainer that scores (bf16 kernels differ)
-        n_tok = max(mis[3].item(), 1)
-        parts.update(lp_diff_mean=mis[0].item() / n_tok, lp_diff_max=mis[1].item(), lp_kl=mis[2].item() / n_tok)
-    upd = 0.0
-    # the gradient norm is the same on every rank (DDP: reduced grads; FSDP: a global norm), so is this decision
-    gnorm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip).item() if finite.item() == 1 else float("nan")
-    if not math.isfinite(gnorm):  # a non-finite loss or gradient: skip the update, stop after max_bad_steps
+    parts, upd, gnorm = update(rows, out["aux"])
+    if not math.isfinite(gnorm):  # a non-finite loss or gradient: its update was skipped; stop after max_bad_steps
         bad += 1
-        opt.zero_grad(set_to_none=True)
         if master:
             print(f"[warn] step {step}: non-finite loss or gradient, update skipped ({bad} in a row)")
         if bad >= cfg.max_bad_steps:
@@ -418,8 +439,6 @@ for step in bar:
             sys.exit(f"error: {bad} non-finite losses in a row at step {step}; stopped (checkpoint written)")
     else:
         bad = 0
-        if gnorm > 0:  # no signal, no step: Adam would turn a zero gradient into a full-size move via momentum
-            upd = update_size()
     model.eval()
     t_train = time.time() - t2
     # 5. weight sync into the rollout engine

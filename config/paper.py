@@ -38,6 +38,11 @@ clip_eps = 0.2
 kl_coef = 0.01
 adv_level = "traj"
 micro_batch = 8
+# The paper is silent on these; its code base (verl-agent, as in the released code) sets them:
+weight_decay = 0.01            # optim.weight_decay
+ppo_mini_batch = 256           # actor.ppo_mini_batch_size: 256 step rows per optimizer step
+entropy_coef = 0.001           # actor.entropy_coeff
+dual_clip = 3.0                # actor.clip_ratio_c
 grad_ckpt = True
 eval_every = 50
 ckpt_every = 50

@@ -9,6 +9,7 @@ env = "webshop"
 webshop_backend = "official"
 max_steps = 15                 # env.max_steps=15
 steps = 150                    # trainer.total_epochs=150, one batch of 16 tasks per epoch
+ppo_mini_batch = 64            # actor.ppo_mini_batch_size=64
 acc_low = 0.5                  # gmsv.batch_acc_low=0.5, batch_acc_high=0.5: mu_global moves unless acc_B is 0.5
 acc_high = 0.5
 sigma_mode = "dynamic"         # gmsv.sigma_mode=dynamic_sigma: max(sigma_min 0.1, gamma 1.0 * V_k)

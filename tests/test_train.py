@@ -117,6 +117,20 @@ def test_ddp_two_ranks_match_single_process(tmp_path):
     assert max((wa[k] - wb[k]).abs().max().item() for k in wa) < 1e-5
 
 
+def test_mini_batches_step_several_times_against_the_same_old_policy(tmp_path):
+    """--ppo_mini_batch: several optimizer steps per batch, all against pi_old scored before the first one, so the
+    ratio moves off 1 (and clipping acts) from the second mini-batch on; with one mini-batch it stays exactly 1."""
+    common = ["--steps", "2", "--group_size", "4", "--max_steps", "15", "--eval_games", "-1", "--ckpt_every", "0",
+              "--engine", "hf", "--lr", "3e-3", "--old_logprobs", "trainer", "--micro_batch", "4",
+              "--entropy_coef", "0.01"]
+    train(tmp_path / "mb", *common, "--ppo_mini_batch", "8")
+    train(tmp_path / "one", *common)
+    mb, one = records(tmp_path / "mb"), records(tmp_path / "one")
+    assert max(r["clipfrac"] for r in mb) > 0 and max(r["ratio_dev"] for r in mb) > 0.2
+    assert all(r["ratio_dev"] == 0.0 and r["clipfrac"] == 0.0 for r in one)
+    assert any(r["entropy"] > 0 for r in mb)  # the entropy term is computed on the policy's tokens
+
+
 PAPER = ["--preset", "paper", "--games", "builtin", "--model", "tiny", "--steps", "2", "--batch_tasks", "2",
          "--max_steps", "20",  # longer than any built-in prefix (L <= 15): the policy always gets steps
          "--group_size", "2", "--max_new_tokens", "16", "--max_prompt_tokens", "1024", "--eval_games", "-1",
