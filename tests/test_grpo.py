@@ -293,7 +293,7 @@ def _adamw_step_reference(opt, params):
 
 @pytest.mark.parametrize("dtype, rel", [(torch.float64, 1e-6), (torch.float32, 1e-5)])  # fp32: train.py's weights
 def test_adamw_update_norm_matches_a_copy_of_the_weights(dtype, rel):
-    """adamw_update_norm equals the clone-and-difference update size, over steps 1 and 2, with and without wd."""
+    """adamw_update_norm equals the clone-and-difference update size: steps 1 and 2, with/without wd, in chunks."""
     torch.manual_seed(0)
     a = torch.nn.Parameter(torch.randn(2, 3, dtype=dtype))  # group with weight decay 0.01
     b = torch.nn.Parameter(torch.randn(4, dtype=dtype))  # same group; no gradient at step 2
@@ -306,8 +306,9 @@ def test_adamw_update_norm_matches_a_copy_of_the_weights(dtype, rel):
         opt.zero_grad(set_to_none=True)
         sum(((p - 0.3 * step) ** 3).sum() for p in uses).backward()
         ref = _adamw_step_reference(opt, params)
-        got = adamw_update_norm(opt)
-        assert got[0] == pytest.approx(ref[0], rel=rel) and got[1] == pytest.approx(ref[1], rel=rel), step
+        for chunk in (1 << 22, 4):  # chunk 4: a's 6 elements go in two pieces (4 + 2), b's 4 in one, c's 3 in one
+            got = adamw_update_norm(opt, chunk=chunk)
+            assert got[0] == pytest.approx(ref[0], rel=rel) and got[1] == pytest.approx(ref[1], rel=rel), (step, chunk)
         assert ref[0] > 0
 
 
@@ -324,3 +325,46 @@ def test_adamw_update_norm_first_step_by_hand(wd, delta2):
     assert p.item() == pytest.approx(1.0 - math.sqrt(delta2), rel=1e-6)
     d2, o2 = adamw_update_norm(opt)
     assert d2 == pytest.approx(delta2, rel=1e-6) and o2 == pytest.approx(1.0, rel=1e-6)
+
+
+def test_step_rewards_traj_vs_step_level():
+    """traj: every row gets the episode's reward; step (released code): each row its own invalid penalty."""
+    from grpo import step_rewards
+    # a won episode of 3 steps, the middle one invalid; reward 10 * won - 0.1 * invalid
+    # traj: 10 - 0.1 * 1 = 9.9 on every row; step: 10, 10 - 0.1 = 9.9, 10
+    assert step_rewards(True, [False, True, False], 10.0, 0.1, "traj") == pytest.approx([9.9, 9.9, 9.9])
+    assert step_rewards(True, [False, True, False], 10.0, 0.1, "step") == pytest.approx([10.0, 9.9, 10.0])
+    # a lost episode with two invalid steps of two: traj -0.2 each, step -0.1 each
+    assert step_rewards(False, [True, True], 10.0, 0.1, "traj") == pytest.approx([-0.2, -0.2])
+    assert step_rewards(False, [True, True], 10.0, 0.1, "step") == pytest.approx([-0.1, -0.1])
+    with pytest.raises(ValueError):
+        step_rewards(True, [False], 1.0, 0.0, "episode")
+
+
+def test_token_entropy_full_and_restricted():
+    """Entropy of the sampled distribution: uniform over V tokens is log V; restricted to K options, log K."""
+    from grpo import token_entropy
+    logits = torch.zeros(1, 2, 4)  # two positions, uniform over 4 tokens
+    h = token_entropy(logits)
+    assert h == pytest.approx(torch.full((1, 2), math.log(4)))  # log 4 = 1.386
+    opts = torch.tensor([[[0, 2], [-1, -1]]])  # position 0 restricted to tokens {0, 2}; position 1 free
+    h = token_entropy(logits, opts)
+    assert h[0, 0].item() == pytest.approx(math.log(2)) and h[0, 1].item() == pytest.approx(math.log(4))
+    # one option only (a forced token): entropy 0
+    assert token_entropy(logits, torch.tensor([[[3], [3]]]))[0].tolist() == pytest.approx([0.0, 0.0])
+    # two tokens with logits (log 3, 0) and the rest at -inf-like: p = (3/4, 1/4), H = -(.75 ln .75 + .25 ln .25)
+    z = torch.tensor([[[math.log(3.0), 0.0, -1e9, -1e9]]])
+    assert token_entropy(z)[0, 0].item() == pytest.approx(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)), abs=1e-6)
+
+
+def test_policy_loss_entropy_bonus():
+    """loss = pg - coef * sum_t w H_t: with zero advantage only the entropy term is left, and its gradient raises H."""
+    from grpo import policy_loss, token_entropy
+    z = torch.tensor([[[2.0, 0.0, 0.0]]], requires_grad=True)  # one token, a peaked distribution over 3
+    lp = torch.log_softmax(z, -1)[..., 0]  # [1, 1]
+    H = token_entropy(z)
+    loss, st = policy_loss(lp, lp.detach(), torch.zeros(1), torch.ones(1, 1), torch.ones(1), 0.2,
+                           entropy=H, entropy_coef=0.5)
+    assert loss.item() == pytest.approx(-0.5 * H.item()) and st["entropy"] == pytest.approx(H.item())
+    loss.backward()
+    assert z.grad[0, 0, 0] > 0  # descending the loss lowers the peaked logit: the distribution flattens
