@@ -112,13 +112,32 @@ def simulate(overrides, seed, B=16, R=8):
             "final_hint_free": float(np.mean(1 / (1 + np.exp(dstar / S_CURVE))))}
 
 
+def only_rows(args):
+    """--only NAME[,NAME...] (+ config flags such as --ucb_c 0.2): those registered rules beside Agent-G² (paper)."""
+    import config
+    from scheduler import RULES
+    ov, extra = {}, list(args.extra)
+    while extra:
+        k = extra.pop(0)
+        if not k.startswith("--") or not extra or k[2:] not in config.Config.__dataclass_fields__:
+            raise SystemExit(f"bench.py sched --only: expected --<config flag> <value>, got {k!r}")
+        default, v = getattr(config.Config(), k[2:]), extra.pop(0)
+        ov[k[2:]] = v in ("1", "true", "True") if isinstance(default, bool) else type(default)(v)
+    rows = [("Agent-G2 (paper)", dict())]
+    for name in args.only.split(","):
+        if name not in RULES:
+            raise SystemExit(f"bench.py sched --only: no scheduler {name!r}; registered: {', '.join(RULES)}")
+        rows.append((name + "".join(f" {k}={v}" for k, v in ov.items()), dict(scheduler=name, **ov)))
+    return rows
+
+
 def bench_sched(args):
     t0 = time.time()
     seeds = list(range(args.seeds))
     rows, budget = {}, {}
-    for label, ov in SCHEDULERS:
+    for label, ov in only_rows(args) if args.only else SCHEDULERS:
         rows[label] = [simulate(ov, s) for s in seeds]
-    for label, ov in BUDGET:
+    for label, ov in [] if args.only else BUDGET:
         budget[label] = [simulate(ov, s) for s in seeds]
 
     def ms(runs, k, scale=1.0, fmt="{:5.1f}"):
@@ -136,8 +155,9 @@ def bench_sched(args):
               f"{ms(runs, 'in_band', 100):>16s} "
               f"{ms(runs, 'rollouts_per_task', 1, '{:5.2f}'):>14s} {ms(runs, 'steps_to_90', 1, '{:5.0f}'):>16s} "
               f"{ms(runs, 'final_hint_free', 100):>18s}")
-    print("\nmismatch (share of groups outside [0.4, 0.6], first 50 steps) against rollout budget (Figure 2b):")
-    print(f"{'method':22s} {'rollouts/R':>14s} {'mismatch %':>14s}")
+    if budget:
+        print("\nmismatch (share of groups outside [0.4, 0.6], first 50 steps) against rollout budget (Figure 2b):")
+        print(f"{'method':22s} {'rollouts/R':>14s} {'mismatch %':>14s}")
     for label, runs in budget.items():
         mm = [{"m": 1 - r["band50"]} for r in runs]
         print(f"{label:22s} {ms(runs, 'rollouts_per_task', 1, '{:5.2f}'):>14s} {ms(mm, 'm', 100):>14s}")
@@ -524,6 +544,8 @@ def main():
     ap.add_argument("--cpu", action="store_true", help="gpu: the same checks on the tiny model, on the CPU")
     ap.add_argument("--json", default="", help="also write the numbers here")
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--only", default="", help="sched: only these registered schedulers (comma-separated) beside "
+                    "Agent-G² (paper); further --<config flag> <value> pairs apply to them")
     ap.add_argument("--preset", default="cpu", help="step: the preset to time")
     ap.add_argument("--steps", type=int, default=4, help="step: training steps to run (the first is warm-up)")
     a, extra = ap.parse_known_args()

@@ -48,7 +48,8 @@ def save(out_dir, step, policy, tok, weights, trainer, state, cfg, keep):
     open(os.path.join(tmp, "COMPLETE"), "w").write(state.get("reason", ""))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
-    for d in complete(out_dir)[:-keep] if keep > 0 else []:  # a dir without COMPLETE is not ours: never counted
+    others = [d for d in complete(out_dir) if d != final]  # the one just written is never pruned
+    for d in others[:max(0, len(others) - (keep - 1))] if keep > 0 else []:  # without COMPLETE: not ours, kept
         shutil.rmtree(d, ignore_errors=True)
     return final
 

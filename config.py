@@ -16,12 +16,14 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from scheduler import RULES  # numpy + math only: the scheduler names and their help come from the registry
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PRESET_DIR = os.path.join(HERE, "config")
 
 # Allowed values of every string flag that selects a branch. An unknown value is an error.
 CHOICES = {
-    "scheduler": ["g2", "none", "fixed", "linear", "cosine", "step", "target_acc", "binary", "enum"],
+    "scheduler": list(RULES),
     "sampling": ["gaussian", "uniform", "none"],
     "sigma_mode": ["dynamic", "fixed"],
     "mu_update": ["sign", "deadband", "proportional"],
@@ -90,8 +92,9 @@ class Config:
     num_workers: int = F(2, "environment worker processes")
     temperature: float = F(1.0, "rollout sampling temperature")
     # ---- scheduler (SPEC §2, §3, §4) ----
-    scheduler: str = F("g2", "g2 | none | fixed | linear | cosine | step | target_acc | binary | enum")
+    scheduler: str = F("g2", " | ".join(f"{k} ({r['help']})" for k, r in RULES.items()))
     fixed_ratio: float = F(0.5, "ratio for --scheduler fixed")
+    ucb_c: float = F(0.1, "--scheduler g2_ucb: exploration bonus weight on the cluster centre")
     step_every: int = F(50, "step decay: one expert action fewer every this many steps")
     K: int = F(3, "number of task clusters")
     cluster_mode: str = F("quantile", "quantile (paper) | balanced (released) | random | online")
@@ -148,6 +151,7 @@ class Config:
     train_panel: int = F(0, "also evaluate on this many fixed training games (0 = skip)")
     ckpt_every: int = F(50, "checkpoint every this many steps (0 = only at the end)")
     keep_ckpts: int = F(2, "keep this many newest checkpoints (0: all)")
+    overwrite: bool = F(False, "out_dir already holds a run: clear its checkpoints, log and summary first")
 
 
 def defaults():
@@ -167,6 +171,59 @@ def load_preset(name):
     if bad:
         raise ValueError(f"preset {path}: unknown keys {bad}")
     return vals
+
+
+def fail(msg):
+    """A newcomer's error: one line on stderr naming the path and the fix, exit code 2, no traceback."""
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_model(model):
+    """'tiny', a local model directory (config.json in it), or a hub id (reached later, see model_error)."""
+    if model in ("tiny", "scripted") or not model:
+        return
+    if os.path.isdir(model):
+        if not os.path.exists(os.path.join(model, "config.json")):
+            fail(f"--model {model}: no config.json in it, not a saved model; give a checkpoint directory "
+                 "(runs/.../ckpt_NNNNNN), a Hugging Face model directory, or 'tiny'")
+        return
+    if model.startswith(("/", ".", "~")) or model.count("/") > 1 or os.path.exists(model):
+        fail(f"--model {model}: no checkpoint at {model}; give an existing checkpoint or model directory, "
+             "a Hugging Face id such as Qwen/Qwen2.5-1.5B-Instruct, or 'tiny'")
+
+
+def model_error(model, e):
+    fail(f"--model {model}: not a local directory and not loadable from the Hugging Face hub "
+         f"({type(e).__name__}); download it where there is internet and pass its directory, or use 'tiny'")
+
+
+def check_data(cfg):
+    """Official ALFWorld games need $ALFWORLD_DATA: say so in one line before any heavy work."""
+    if cfg.env == "alfworld" and cfg.games == "official":
+        from envs import official_root
+        try:
+            official_root()
+        except FileNotFoundError as e:
+            fail(str(e))
+
+
+def check_out_dir(cfg, clear=True):
+    """A run directory that already holds a run is never overwritten silently."""
+    d = cfg.out_dir
+    if cfg.resume or not os.path.isdir(d):
+        return
+    old = [x for x in sorted(os.listdir(d)) if x in ("log.jsonl", "summary.json") or x.startswith("ckpt_")]
+    if not old:
+        return
+    if not cfg.overwrite:
+        fail(f"--out_dir {d} already holds a run ({', '.join(old[:3])}{', ...' if len(old) > 3 else ''}); "
+             "continue it with --resume auto, pick a new --out_dir, or add --overwrite 1 to clear it first")
+    if clear:
+        import shutil
+        for x in old:
+            p = os.path.join(d, x)
+            shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else os.remove(p)
 
 
 def validate(cfg):

@@ -74,7 +74,7 @@ def official_root():
     root = os.path.join(data, "json_2.1.1")
     if not data or not os.path.isdir(root):
         raise FileNotFoundError(
-            f"official ALFWorld data not found at $ALFWORLD_DATA/json_2.1.1 ({root or 'ALFWORLD_DATA is unset'}). "
+            f"official ALFWorld data not found at $ALFWORLD_DATA/json_2.1.1 ({root if data else 'ALFWORLD_DATA is unset'}). "
             "Either download it on a machine with internet (`pip install alfworld && alfworld-download`, then "
             "export ALFWORLD_DATA=<that dir>), or use the built-in generated games (--games builtin).")
     return root
@@ -238,25 +238,51 @@ def room_text(intro, short=False):
 WEBSHOP_SPLITS = {"test": (0, 500), "eval": (500, 1500), "train": (1500, None)}  # paper: goal indices
 SEARCH_ACTION = "search[<query>]"  # the admissible form of a search; the query is free text
 RESULTS_PER_PAGE, SEARCH_K = 10, 50
-COLORS = ["black", "white", "navy", "blue", "red", "grey", "gray", "green", "olive", "pink", "silver", "beige",
-          "ivory", "teal", "brown", "purple", "yellow", "orange", "gold"]
+COLORS = sorted(["black", "white", "navy", "blue", "red", "grey", "gray", "green", "olive", "pink", "silver", "beige",
+                 "ivory", "teal", "brown", "purple", "yellow", "orange", "gold"])  # alphabetical, as WebShop's scan
 STOPWORDS = set("a an and the for of to in on with by at from is are be i me my need want looking find get buy "
                 "that this it its under than lower price dollars".split())
 
 
+SPECIAL_QUERY_WORDS = {"<a>", "<q>", "<c>", "<r>"}  # WebShop engine.py get_top_n_product_from_keywords: commands
+
+
 def parse_webshop_action(action):
-    """'search[red mug]' -> ('search', 'red mug'); 'click[Buy Now]' -> ('click', 'buy now'); else None."""
+    """'search[red mug]' -> ('search', 'red mug'); 'click[Buy Now]' -> ('click', 'buy now'); else None.
+    Queries lose their brackets: WebShop's parse_action (engine.py, a greedy '(name)[(arg)]' match) reads
+    'search[a [b]]' as the action 'search[a ' and then does nothing. A query whose first word is <a>, <q>, <c> or
+    <r> is invalid: WebShop's engine.py (get_top_n_product_from_keywords) takes it as a command (<a> raises a
+    TypeError, <q>/<c> filter by exact query/category, <r> samples at random), which the authors' projection
+    rejects [ZJU-REAL/Agent-G2 agent_system/environments/env_package/webshop/projection.py]. Click arguments
+    keep their text; bracketed clickables are never admissible (webshop_admissible)."""
     m = re.fullmatch(r"\s*(search|click)\[(.+)\]\s*", action or "", flags=re.S)
-    return (m.group(1), " ".join(m.group(2).lower().split())) if m and m.group(2).strip() else None
+    if not m:
+        return None
+    arg = m.group(2).lower()
+    if m.group(1) == "search":
+        arg = arg.replace("[", " ").replace("]", " ")
+    arg = " ".join(arg.split())
+    if not arg or (m.group(1) == "search" and arg.split()[0] in SPECIAL_QUERY_WORDS):
+        return None
+    return m.group(1), arg
+
+
+def clickable_ok(text):
+    """WebShop's parse_action (engine.py) cannot click a value that holds '[' (the name swallows it): such
+    values are left out of the clickables, so clicking them is an invalid step."""
+    return "[" not in text and text != "search"
 
 
 def webshop_admissible(has_search_bar, clickables):
-    return ([SEARCH_ACTION] if has_search_bar else []) + [f"click[{c}]" for c in clickables if c != "search"]
+    """WebShop's get_available_actions (web_agent_text_env.py): the search bar only on the search page, then the
+    page's buttons, product links and option values, in that order."""
+    return ([SEARCH_ACTION] if has_search_bar else []) + [f"click[{c}]" for c in clickables if clickable_ok(c)]
 
 
 def normalize_color(text):
-    """The first colour word inside text, else text (option values like 'navy blue | white' -> 'navy')."""
-    return next((c for c in COLORS if re.search(rf"\b{c}\b", text)), text)
+    """The first colour word found inside text, else text: WebShop's normalize.py scans an alphabetical colour
+    list by substring ('navy blue' -> 'blue'); ours is a smaller list of our own, scanned the same way."""
+    return next((c for c in COLORS if c in text), text)
 
 
 def title_nouns(text):
@@ -265,20 +291,36 @@ def title_nouns(text):
     return {w for w in re.findall(r"[a-z]+", text.lower()) if len(w) >= 3 and w not in STOPWORDS}
 
 
-def webshop_reward(goal, product, options):
-    """WebShop's reward form: (attribute matches + option matches + price ok) / (#attributes + #options + 1),
-    times a type factor. product: {Title, BulletPoints, Description, Attributes, price, query, product_category};
-    options: the option values chosen. -> (reward, info). Fuzzy matches: token_set_ratio > 85 after lower-casing
-    and stripping punctuation (so 'large' matches a goal's 'x-large', as in WebShop). One deliberate difference:
-    WebShop matches a synthetic goal's option as the string of its (name, value) pair; we match the value."""
+def fuzzy_ratio(a, b):
+    """WebShop's fuzzy score: thefuzz 0.19 (requirements.txt) token_set_ratio, which lower-cases, turns
+    punctuation into spaces and rounds to an int (so 85.7 counts as 86 > 85 and 85.4 as 85, not a match)."""
     from rapidfuzz import fuzz, utils
-    ratio = lambda a, b: fuzz.token_set_ratio(a, b, processor=utils.default_process)  # noqa: E731  (as thefuzz)
-    text = " ".join([product["Title"], " ".join(product["BulletPoints"]), product["Description"]]).lower()
-    n_att = sum(any(ratio(pa, a) > 85 for pa in product["Attributes"]) or a.lower() in text
-                for a in goal["attributes"])
-    want = list(goal["goal_options"].values()) if isinstance(goal["goal_options"], dict) else goal["goal_options"]
+    return int(round(fuzz.token_set_ratio(a, b, processor=utils.default_process)))
+
+
+def goal_option_texts(goal_options):
+    """What each goal option is matched as. A synthetic goal (dict, like all lite goals): WebShop's get_reward
+    (goal.py) passes goal_options.items(), so each goal option is the (name, value) pair; normalize_color of a
+    pair is a colour only when the value is exactly one, else the pair, which thefuzz scores as the text
+    'name value'. A human goal (list, like the official backend's): the value, colour-normalised."""
+    if isinstance(goal_options, dict):
+        return [v if v in COLORS else f"{k} {v}" for k, v in goal_options.items()]
+    return [normalize_color(v) for v in goal_options]
+
+
+def webshop_reward(goal, product, options):
+    """WebShop's reward (goal.py get_reward): (attribute matches + option matches + price ok) / (#attributes +
+    #options + 1), times a type factor. product: {Title, BulletPoints, Description, Attributes, price, query,
+    product_category}; options: the option values chosen. -> (reward, info). Fuzzy matches: fuzzy_ratio > 85.
+    Options are scored as WebShop scores synthetic goals, by (name, value) pairs (goal_option_texts): a wrong
+    size such as '24 pack' for '12 pack' (85.7 by value alone) no longer matches."""
+    title, desc = product["Title"].lower(), product["Description"].lower()
+    bullets = " ".join(product["BulletPoints"]).lower()
+    n_att = sum(any(fuzzy_ratio(pa, a) > 85 for pa in product["Attributes"])  # goal.py get_attribute_reward:
+                or a in title or a in bullets or a in desc for a in goal["attributes"])  # then each text field
+    want = goal_option_texts(goal["goal_options"])
     chosen = [normalize_color(v) for v in options]
-    n_opt = sum(any(ratio(normalize_color(v), c) > 85 for c in chosen) for v in want)
+    n_opt = sum(any(fuzzy_ratio(c, w) > 85 for c in chosen) for w in want)
     r_price = float(product["price"] <= goal["price_upper"])
     query_match = product["query"] == goal["query"]
     cats = lambda c: {x.strip() for x in c.lower().split("›")}  # noqa: E731
@@ -310,6 +352,7 @@ class LiteSite:
             self.products[p["asin"]] = {
                 "asin": p["asin"], "Title": p["name"], "Description": p["full_description"],
                 "BulletPoints": list(p["small_description"]), "options": opts, "price": fixed_price(p),
+                "Price": price_tag(p["pricing"]),
                 "Attributes": attrs[p["asin"]]["attributes"], "query": p["query"].lower().strip(),
                 "product_category": p["product_category"]}
         self.asins = list(self.products)
@@ -340,23 +383,25 @@ class LiteSite:
         if kind == "results":
             n, p = len(st["results"]), st["page"]
             hits = st["results"][(p - 1) * RESULTS_PER_PAGE:p * RESULTS_PER_PAGE]
-            nav = (["< Prev"] if p > 1 else []) + (["Next >"] if p * RESULTS_PER_PAGE < n else [])
+            nav = (["< Prev"] if p > 1 else []) + ["Next >"]  # results_page.html: 'Next >' on every page
             parts = ["Back to Search", f"Page {p} (Total results: {n})"] + nav
             for a in hits:
-                parts += [a, self.products[a]["Title"], f"${self.products[a]['price']:.2f}"]
+                parts += [a, self.products[a]["Title"], self.products[a]["Price"]]
             return " [SEP] ".join(parts), False, ["back to search"] + [x.lower() for x in nav] + [a.lower() for a in hits]
         q = self.products[st["asin"]]
-        if kind == "item":
-            parts, clicks = ["Back to Search", "< Prev"], ["back to search", "< prev"]
+        if kind == "item":  # item_page.html in text mode: options (no mark on the chosen ones) before the title;
+            # the clickables list the buttons first, then the option values (web_agent_text_env.py
+            # get_available_actions: buttons + product links, then the radio inputs)
+            parts = ["Back to Search", "< Prev"]
             for name, vals in q["options"].items():
-                parts += [name] + [f"[clicked] {v}" if st["options"].get(name) == v else v for v in vals]
-                clicks += vals
-            parts += [q["Title"], f"Price: ${q['price']:.2f}", "Rating: N.A.", "Description", "Features", "Reviews",
+                parts += [name] + vals
+            parts += [q["Title"], f"Price: {q['Price']}", "Rating: N.A.", "Description", "Features", "Reviews",
                       "Buy Now"]
-            return " [SEP] ".join(parts), False, clicks + ["description", "features", "reviews", "buy now"]
-        body = {"description": q["Description"], "features": " [SEP] ".join(q["BulletPoints"]),
-                "reviews": "No reviews yet."}[kind]
-        return f"Back to Search [SEP] < Prev [SEP] {body}", False, ["back to search", "< prev"]
+            buttons = ["back to search", "< prev", "description", "features", "reviews", "buy now"]
+            return " [SEP] ".join(parts), False, buttons + [v for vals in q["options"].values() for v in vals]
+        # description / features / review pages; WebShop's text env loads no reviews, so that page is empty
+        body = {"description": [q["Description"]], "features": q["BulletPoints"], "reviews": []}[kind]
+        return " [SEP] ".join(["Back to Search", "< Prev"] + body), False, ["back to search", "< prev"]
 
     def move(self, st, kind, arg):
         """Next page state after a valid action (the caller checked it against the page's clickables)."""
@@ -376,6 +421,13 @@ class LiteSite:
             name = next(n for n, vals in self.products[st["asin"]]["options"].items() if arg in vals)
             return {**st, "options": {**st["options"], name: arg}}
         return st["item"]  # a sub-page's '< prev'
+
+
+def price_tag(pricing):
+    """A raw pricing string as WebShop shows it (engine.py load_products): each '$' amount as a Python float,
+    '$12.5' or '$12.5 to $20.0' for a range; the reward uses one hidden price inside the range (fixed_price)."""
+    ends = [float(re.sub(r"[^\d.]", "", x)) for x in (pricing or "").split("$")[1:]][:2] or [100.0]
+    return " to ".join(f"${x}" for x in ends)
 
 
 def import_bm25s():
@@ -438,6 +490,7 @@ class WebShopEnv:
             self.goals = self.env.server.goals
 
     def reset(self, gamefile, prefix=()):
+        gamefile = int(gamefile)  # a NumPy index too (see the official reset below)
         goal = self.goals[gamefile]
         self.gamefile = gamefile
         ep = {"goal_index": gamefile, "task": goal["instruction_text"], "history": [], "prefix_steps": [],
@@ -446,6 +499,8 @@ class WebShopEnv:
             ep["page"] = {"kind": "search"}
             self._show(ep, *self.site.view(ep["page"]))
         else:
+            # a Python int (made above): WebShop's reset and SimServer.receive (web_agent_text_env.py) pick the
+            # goal only when isinstance(session, int); a NumPy integer silently got a random goal
             obs, _ = self.env.reset(session=gamefile)
             self._show(ep, _strip_instruction(obs), *self._official_actions())
         for a in prefix:  # step() validates the action and appends (obs, a) to the history
@@ -460,18 +515,20 @@ class WebShopEnv:
         return av["has_search_bar"], list(self.click_as)
 
     def _show(self, ep, obs, has_search, clicks):
+        clicks = [c for c in clicks if clickable_ok(c)]
         ep.update(obs=obs, page_obs=obs, has_search=has_search, clickables=clicks,
                   admissible=webshop_admissible(has_search, clicks))
 
     def step(self, ep, action):
-        """Invalid (unparseable, not on this page, after the end or past max_steps): the page stays, the
-        observation says so, and the step still counts."""
+        """Invalid (unparseable, a special search word, not on this page, after the end or past max_steps): the
+        page stays, the observation says so, and the step still counts. A search is valid from any page, as in
+        WebShop's step (web_agent_text_env.py searches whenever the action is search[non-empty]), although the
+        admissible list offers it on the search page only (WebShop's has_search_bar)."""
         ep["history"].append((ep["obs"], action if isinstance(action, str) else ""))
         ep["steps"] += 1
         act = parse_webshop_action(action) if isinstance(action, str) else None
         ok = act is not None and not ep["done"] and ep["steps"] <= self.spec["max_steps"] and (
-            (act[0] == "search" and ep["has_search"]) or (act[0] == "click" and act[1] in ep["clickables"]
-                                                          and act[1] != "search"))
+            act[0] == "search" or (act[0] == "click" and act[1] in ep["clickables"]))
         if not ok:
             ep["obs"] = "Invalid action. " + ep["page_obs"]
             return False
@@ -531,7 +588,9 @@ def scripted_expert(env, gamefile, max_pages=5):
     for query in (expert_query(goal), goal["name"].lower()):
         act(f"search[{query}]")
         for _ in range(max_pages):
-            if target in ep["admissible"] or "click[next >]" not in ep["admissible"]:
+            m = re.search(r"Page (\d+) \(Total results: (\d+)\)", ep["obs"])
+            last = m is None or int(m.group(1)) * RESULTS_PER_PAGE >= int(m.group(2))  # 'Next >' is always shown
+            if target in ep["admissible"] or last or "click[next >]" not in ep["admissible"]:
                 break
             act("click[next >]")
         if target in ep["admissible"]:
@@ -548,20 +607,59 @@ def scripted_expert(env, gamefile, max_pages=5):
     return acts, ep["score"]
 
 
-def load_webshop_tasks(split, spec, cache=None, demos="", verbose=False):
-    """Tasks of a WebShop split (goal-index ranges of WEBSHOP_SPLITS; ALFWorld's valid_* names mean 'eval').
+def goal_target_key(goal):
+    """(ASIN, sorted option values with counts), values lower-cased and space-normalised: how the authors' code
+    tells WebShop goals apart and keys its expert data [ZJU-REAL/Agent-G2 gmsv/webshop.py goal_to_target_key]."""
+    vals = goal.get("goal_options") or {}
+    vals = vals.values() if isinstance(vals, dict) else vals
+    return str(goal.get("asin", "")).upper(), tuple(sorted(collections.Counter(" ".join(str(v).lower().split())
+                                                                                for v in vals).items()))
+
+
+def webshop_split_indices(goals, name, scheme="paper"):
+    """Goal indices of split `name` (test | eval | train). scheme 'paper': WebShop's baseline split, the ranges of
+    WEBSHOP_SPLITS. scheme 'authors': the authors' code [ZJU-REAL/Agent-G2 agent_system/environments/env_package/
+    webshop/envs.py]: validation = the first 500 goals in order after dropping repeated (ASIN, options) goals
+    (goal_target_key), used here for both test and eval; train = goals 500+ (which may repeat a validation goal's
+    key, as there by default)."""
+    n = len(goals)
+    if scheme == "paper":
+        lo, hi = WEBSHOP_SPLITS[name]
+        return list(range(lo, min(hi or n, n)))
+    if scheme != "authors":
+        raise ValueError(f"WebShop split scheme {scheme!r}: expected paper | authors")
+    if name == "train":
+        return list(range(500, n))
+    seen, idx = set(), []
+    for i, g in enumerate(goals):
+        k = goal_target_key(g)
+        if k not in seen:
+            seen.add(k)
+            idx.append(i)
+            if len(idx) == 500:
+                break
+    return idx
+
+
+def load_webshop_tasks(split, spec, cache=None, demos="", verbose=False, only=None):
+    """Tasks of a WebShop split (webshop_split_indices under spec['split'], paper by default: the goal-index
+    ranges of WEBSHOP_SPLITS; ALFWorld's valid_* names mean 'eval').
     gamefile = the goal index. Evaluation splits keep every goal of their range (hint-free evaluation needs no
     walkthrough). The train split keeps the goals with a reward-1 walkthrough: from `demos` (JSON {goal index:
     [actions]}), else from the scripted expert (for the official backend cached under `cache`, failures included,
-    keyed by the goal list, since playing ~10k goals takes a while)."""
+    keyed by the goal list, since playing ~10k goals takes a while). only: a subset of goal indices to keep (a
+    seeded sample, e.g. the contract test on a real install)."""
     import hashlib
     from config import cache_dir
     name = {"valid_seen": "eval", "valid_unseen": "eval"}.get(split, split)
     if name not in WEBSHOP_SPLITS:
         raise ValueError(f"WebShop split {split!r}: expected one of {sorted(WEBSHOP_SPLITS)}")
     env = WebShopEnv({**spec, "max_steps": 10**6})  # the expert is not bound by the episode step limit
+    idx = webshop_split_indices(env.goals, name, spec.get("split", "paper"))
     lo, hi = WEBSHOP_SPLITS[name]
-    idx = list(range(lo, min(hi or len(env.goals), len(env.goals))))
+    if only is not None:
+        keep = set(only)
+        idx = [i for i in idx if i in keep]
     if not idx:
         raise ValueError(f"WebShop {spec['backend']}: {len(env.goals)} goals, none in split {name} {lo}..{hi}")
     walks = {int(k): v for k, v in json.load(open(demos)).items()} if demos else {}
@@ -735,9 +833,10 @@ class EnvPool:
 
 def env_spec(cfg):
     """What a pool worker needs to build its environment, from the run config."""
-    if cfg.env == "webshop":
+    if cfg.env == "webshop":  # split: paper | authors (webshop_split_indices); paper until config declares it
         return {"env": "webshop", "backend": cfg.webshop_backend, "seed": cfg.webshop_seed,
-                "products": cfg.webshop_products, "path": os.environ.get("WEBSHOP_PATH", ""), "max_steps": cfg.max_steps}
+                "products": cfg.webshop_products, "path": os.environ.get("WEBSHOP_PATH", ""),
+                "max_steps": cfg.max_steps, "split": getattr(cfg, "webshop_split", "paper")}
     return {"env": "alfworld"}
 
 
@@ -769,10 +868,99 @@ def batch_indices(step, B, N, seed):
     return idx
 
 
+WEBSHOP_DATA_PATHS = {  # web_agent_site/utils.py names -> what reads them
+    "DEFAULT_FILE_PATH": "the products (engine.py load_products)",
+    "DEFAULT_ATTR_PATH": "the product attributes (load_products; DUMMY_ATTR for a product missing there)",
+    "HUMAN_ATTR_PATH": "the human instructions = the goals (load_products)",
+    "DEFAULT_REVIEW_PATH": "not read (load_products has the reviews commented out)",
+    "FEAT_CONV": "image features, read only with get_image",
+    "FEAT_IDS": "image feature ids, read only with get_image",
+}
+WEBSHOP_NEEDED = ("DEFAULT_FILE_PATH", "DEFAULT_ATTR_PATH", "HUMAN_ATTR_PATH")
+
+
+def webshop_utils_paths(path):
+    """{name: absolute path} for the data paths in WebShop's web_agent_site/utils.py, as Python binds them: the
+    last assignment that is not commented out (WebShop's README has users leave the *_1000 lines commented above
+    the full ones). Paths are join(BASE_DIR, '<relative>') there, BASE_DIR being web_agent_site/."""
+    utils = os.path.join(path, "web_agent_site", "utils.py")
+    base, out = os.path.dirname(utils), {}
+    for line in open(utils) if os.path.exists(utils) else []:
+        code = line.split("#", 1)[0]
+        m = re.match(r"\s*([A-Z_]+)\s*=(.*)", code)
+        strs = re.findall(r"['\"]([^'\"]*)['\"]", m.group(2)) if m and m.group(1) in WEBSHOP_DATA_PATHS else []
+        if strs:
+            out[m.group(1)] = os.path.normpath(os.path.join(base, strs[-1]))
+    return out
+
+
+def iter_json_items(path, chunk=1 << 24):
+    """The top-level items of a JSON array (values) or object ((key, value) pairs), decoded one at a time with
+    json.JSONDecoder.raw_decode over a sliding buffer: a multi-GB product file never loads whole."""
+    dec, ws = json.JSONDecoder(), " \t\r\n"
+    with open(path, encoding="utf-8") as f:
+        buf, pos, eof = "", 0, False
+
+        def fill():
+            nonlocal buf, pos, eof
+            more = f.read(chunk)
+            eof = not more
+            buf, pos = buf[pos:] + more, 0
+
+        def skip(chars):
+            nonlocal pos
+            while True:
+                while pos < len(buf) and buf[pos] in chars:
+                    pos += 1
+                if pos < len(buf) or eof:
+                    return
+                fill()
+
+        def decode():  # one JSON value at pos; refill while it may be cut off by the end of the buffer
+            nonlocal pos
+            while True:
+                try:
+                    v, end = dec.raw_decode(buf, pos)
+                    if end < len(buf) or eof:
+                        pos = end
+                        return v
+                except json.JSONDecodeError:
+                    if eof:
+                        raise
+                fill()
+
+        skip(ws)
+        if pos >= len(buf) or buf[pos] not in "[{":
+            raise ValueError(f"{path}: not a JSON array or object")
+        is_obj, close = buf[pos] == "{", "}" if buf[pos] == "{" else "]"
+        pos += 1
+        while True:
+            skip(ws + ",")
+            if pos >= len(buf) or buf[pos] == close:
+                return
+            if is_obj:
+                key = decode()
+                skip(ws + ":")
+                yield key, decode()
+            else:
+                yield decode()
+
+
+def webshop_product_asins(path):
+    """The ASINs WebShop's load_products keeps, in order: it skips 'nan', ASINs over 10 characters and repeats."""
+    seen = {}
+    for p in iter_json_items(path):
+        a = p.get("asin") if isinstance(p, dict) else None
+        if isinstance(a, str) and a != "nan" and len(a) <= 10:
+            seen.setdefault(a, None)
+    return list(seen)
+
+
 def webshop_doctor(path=""):
     """Check an official WebShop setup; -> list of (ok, what, fix). Looks at files and versions, imports nothing
-    heavy: the data files, which product file utils.py points at, the search index against that product set,
-    the spaCy model, and Java against the installed pyserini."""
+    heavy: the data paths utils.py sets (its uncommented lines), that they exist, that the attribute file covers
+    the product file, the search index's document count against the deduplicated product count (products are
+    streamed, never loaded whole), the spaCy model, and Java against the installed pyserini."""
     import importlib.util
     from importlib.metadata import PackageNotFoundError, version
     path = path or os.environ.get("WEBSHOP_PATH", "")
@@ -781,27 +969,45 @@ def webshop_doctor(path=""):
         return [(False, f"WEBSHOP_PATH={path or '(unset)'} holds no web_agent_site/",
                  "git clone https://github.com/princeton-nlp/WebShop and export WEBSHOP_PATH=<that dir>")]
     out.append((True, f"checkout at {path}", ""))
-    data = os.path.join(path, "data")
-    for f in ("items_shuffle_1000.json", "items_ins_v2_1000.json", "items_human_ins.json"):
-        ok = os.path.exists(os.path.join(data, f))
-        out.append((ok, f"data/{f}", "" if ok else "run ./setup.sh -d small (or -d all); Google Drive via gdown"))
-    utils = os.path.join(path, "web_agent_site", "utils.py")
-    m = re.search(r"DEFAULT_FILE_PATH\s*=.*?['\"]([^'\"]+)['\"]", open(utils).read()) if os.path.exists(utils) else None
-    products = os.path.basename(m.group(1)) if m else "?"
-    full = products == "items_shuffle.json"
-    out.append((os.path.exists(os.path.join(data, products)), f"utils.py DEFAULT_FILE_PATH -> {products}",
-                "" if full else "the paper's split needs the full set: point DEFAULT_FILE_PATH at items_shuffle.json "
-                "(setup.sh -d all)"))
+    paths = webshop_utils_paths(path)
+    rel = lambda p: os.path.relpath(p, path)  # noqa: E731
+    for name, what in WEBSHOP_DATA_PATHS.items():
+        if name not in paths:
+            if name in WEBSHOP_NEEDED:
+                out.append((False, f"utils.py sets no {name}", "restore web_agent_site/utils.py from the checkout"))
+            continue
+        ok = os.path.exists(paths[name]) or name not in WEBSHOP_NEEDED
+        out.append((ok, f"utils.py {name} -> {rel(paths[name])} ({what})" + ("" if os.path.exists(paths[name])
+                                                                              else ", absent"),
+                    "" if ok else "run ./setup.sh -d all (Google Drive via gdown), or point utils.py at your files"))
+    prod, attr = paths.get("DEFAULT_FILE_PATH", ""), paths.get("DEFAULT_ATTR_PATH", "")
+    asins = webshop_product_asins(prod) if os.path.exists(prod) else None
+    if asins is not None:
+        small = os.path.basename(prod) == "items_shuffle_1000.json"
+        out.append((True, f"{len(asins)} products after WebShop's deduplication in {rel(prod)}",
+                    "the 1000-product preview; the paper's split needs the full set: setup.sh -d all and point "
+                    "DEFAULT_FILE_PATH at items_shuffle.json, DEFAULT_ATTR_PATH at items_ins_v2.json" if small else ""))
+    if asins is not None and os.path.exists(attr):
+        have = {k for k, v in iter_json_items(attr) if isinstance(v, dict) and "attributes" in v}
+        miss = sum(a not in have for a in asins)
+        out.append((miss == 0, f"attributes for {len(asins) - miss} of {len(asins)} products in {rel(attr)}",
+                    "" if miss == 0 else f"the product and attribute files disagree: {miss} products get WebShop's "
+                    "placeholder attribute DUMMY_ATTR, which changes the attribute reward and the expert's success; "
+                    "point DEFAULT_ATTR_PATH at the attribute file of DEFAULT_FILE_PATH's set (items_ins_v2.json "
+                    "for items_shuffle.json, items_ins_v2_1000.json for items_shuffle_1000.json)"))
+    # the text env (num_products=None) searches search_engine/indexes, built from resources/documents.jsonl, one
+    # line per product that load_products keeps (search_engine/convert_product_file_format.py, run_indexing.sh)
     docs = os.path.join(path, "search_engine", "resources", "documents.jsonl")
     n_docs = sum(1 for _ in open(docs)) if os.path.exists(docs) else 0
-    idx_ok = os.path.isdir(os.path.join(path, "search_engine", "indexes")) and n_docs > 0
+    index = os.path.join(path, "search_engine", "indexes")
+    idx_ok = os.path.isdir(index) and bool(os.listdir(index)) and n_docs > 0
     out.append((idx_ok, f"search_engine/indexes ({n_docs} documents in resources/)",
                 "" if idx_ok else "cd search_engine && python convert_product_file_format.py && bash run_indexing.sh"))
-    if idx_ok and os.path.exists(os.path.join(data, products)):
-        n_prod = len(json.load(open(os.path.join(data, products))))
-        out.append((n_prod == n_docs, f"index documents {n_docs} vs products in {products} {n_prod}",
-                    "" if n_prod == n_docs else "rebuild the index after changing DEFAULT_FILE_PATH (the 1000-product "
-                    "index trap)"))
+    if idx_ok and asins is not None:
+        out.append((len(asins) == n_docs, f"index documents {n_docs} vs deduplicated products {len(asins)}",
+                    "" if len(asins) == n_docs else "rebuild the index after changing DEFAULT_FILE_PATH (the "
+                    "1000-product index trap): cd search_engine && python convert_product_file_format.py && "
+                    "bash run_indexing.sh"))
     sm = importlib.util.find_spec("en_core_web_sm") is not None
     out.append((sm, "spaCy model en_core_web_sm (goal.py loads it at import)",
                 "" if sm else "python -m spacy download en_core_web_sm (setup.sh fetches en_core_web_lg instead)"))
@@ -863,8 +1069,9 @@ def main():
                 return
             for split in ("train", "valid_seen", "valid_unseen"):
                 print(length_table(load_tasks(split, a.games, verbose=True)))
-        except FileNotFoundError as e:
-            sys.exit(f"error: {e}")
+        except FileNotFoundError as e:  # one line, exit code 2, as train.py / eval.py
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
 
 
 if __name__ == "__main__":

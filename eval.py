@@ -285,7 +285,7 @@ def replay(curves, cfg, train_tasks, rules, step=0, sched_state=None, draws=50, 
     probe methods probe the measured curves (R Bernoulli draws at the measured p). A task group lands under, in or
     over the band by the measured p at the chosen depth (nearest measured depth). rules: [(label, overrides)];
     the label "Agent-G2 (checkpoint state)" loads sched_state. -> {label: {"under", "in", "over", "rollouts_per_R"}}"""
-    from scheduler import Scheduler
+    from scheduler import Scheduler, is_g2
     ids = list(curves)
     tasks = [{"id": t, "L": curves[t]["L"]} for t in ids]
     rng = np.random.default_rng(seed)
@@ -297,7 +297,8 @@ def replay(curves, cfg, train_tasks, rules, step=0, sched_state=None, draws=50, 
         return c["p"][j]
     out = {}
     for label, ov in rules:
-        c = dataclasses.replace(cfg, **{"scheduler": "g2", **ov})  # {} = Agent-G2 with the run's settings
+        base = cfg.scheduler if is_g2(cfg.scheduler) else "g2"  # {} = the run's Agent-G²-family rule, its settings
+        c = dataclasses.replace(cfg, **{"scheduler": base, **ov})
         counts, rollouts = collections.Counter(), 0
         for k in range(draws):
             s = Scheduler(c, [t["id"] for t in train_tasks], [t["L"] for t in train_tasks], seed=seed + k)
@@ -363,6 +364,7 @@ def diagnose_plots(curves, prof, fit, rep, budget, outdir):
 def diagnose(engine, pool, tok, tasks, train_tasks, cfg, args, ckpt):
     """SPEC §6 on one checkpoint: curves, d*, aligned profile + Gaussian fit, scheduler replay; JSON + PNGs."""
     from bench import BUDGET, SCHEDULERS
+    from scheduler import is_g2
     grid = [round(x, 4) for x in np.arange(0, 1 + 1e-9, args.grid)]
     c = dataclasses.replace(cfg, group_size=args.rollouts)
     curves = measure_curves(engine, pool, tok, tasks, c, grid, args.rollouts, seed=cfg.seed)
@@ -371,7 +373,7 @@ def diagnose(engine, pool, tok, tasks, train_tasks, cfg, args, ckpt):
     st_path = os.path.join(ckpt, "state.json")
     st = json.load(open(st_path)) if os.path.exists(st_path) else {}
     step = st.get("step", 0)
-    rules = list(SCHEDULERS) + ([("Agent-G2 (checkpoint state)", {})] if st and cfg.scheduler == "g2" else [])
+    rules = list(SCHEDULERS) + ([("Agent-G2 (checkpoint state)", {})] if st and is_g2(cfg.scheduler) else [])
     rep = replay(curves, cfg, train_tasks, rules, step, st.get("sched"), args.draws, cfg.seed)
     budget = replay(curves, cfg, train_tasks, BUDGET, step, None, args.draws, cfg.seed)
     os.makedirs(args.out, exist_ok=True)
@@ -554,16 +556,22 @@ def main():
     if ckpts:
         base = dict(base or {}, model=ckpts[0])
     cfg, args = get_config(argv, __doc__, extra, base)
+    from config import check_data, check_model, model_error
+    check_model(cfg.model)  # one-line errors (exit 2) before any heavy work
+    check_data(cfg)
     import torch
     from transformers import AutoTokenizer
     from envs import EnvPool, env_spec, tasks_for, train_subset
     from rollout import make_engine, seed_all
     from tiny import resolve_model
     seed_all(cfg.seed)
-    pool = EnvPool(cfg.num_workers, env_spec(cfg))
     path = resolve_model(cfg)
     device = "cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu"
-    tok = AutoTokenizer.from_pretrained(path)
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:  # a hub id that is not reachable (offline, a typo)
+        model_error(cfg.model, e)
+    pool = EnvPool(cfg.num_workers, env_spec(cfg))
     engine = make_engine(cfg, path, tok, device, cfg.seed)
     if cmd == "panel":
         tasks = tasks_for(cfg, args.split)

@@ -369,7 +369,8 @@ WEBSHOP_VOCAB = {  # category: (path, product types, attributes, {option name: v
                 ["t-shirt", "hoodie", "jeans", "sweater", "sneakers", "rain jacket", "polo shirt", "shorts"],
                 ["machine wash", "cotton", "slim fit", "long sleeve", "relaxed fit", "quick dry", "button closure"],
                 {"color": ["black", "white", "navy blue", "red", "grey", "olive green"],
-                 "size": ["small", "medium", "large", "x-large"]}),
+                 "size": ["small", "medium", "large", "xl"]}),  # not 'x-large': WebShop's option score gives
+    # 'large' full marks for a goal's ('size', 'x-large') (its tokens are a subset), so a wrong size would win
     "grocery": ("Grocery & Gourmet Food › Snacks & Beverages",
                 ["coffee beans", "green tea", "protein bar", "trail mix", "granola", "hot sauce", "almond butter"],
                 ["gluten free", "sugar free", "low calorie", "non gmo", "organic", "keto friendly", "high protein"],

@@ -19,7 +19,8 @@
 # plays ~60 probe rollouts per step on top of the 64 trained on and took 43-45 min. Enumeration probes every depth:
 # both seeds played 478 rollouts per step for the 64 trained on, at 194 and 189 s/step (2.1-2.2 h for 40). 48 runs
 # x ~25 min is ~20 hours before enumeration: the --cpu grid is meant to be completed across sittings (it resumes).
-# --cpu --smoke (CI): 24 one-step runs, 337 s measured (29 % of the test command).
+# --cpu --smoke (CI): 24 one-step runs at --max_steps 15 (the policy acts after the hint), 189 s for the whole
+# test (grid + resume check, 2-core CPU, 2026-12-01); 337 s measured earlier at --max_steps 4.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -47,9 +48,10 @@ else
     LAUNCH="python train.py"
 fi
 EXTRA=()
-if [ "$SMOKE" = 1 ]; then  # one step, tiny budget, HF engine (no vLLM start-up), no evaluation
+if [ "$SMOKE" = 1 ]; then  # one step, tiny budget, HF engine (no vLLM start-up), no evaluation; --max_steps 15 leaves
+    # the policy room after the scheduled hint (with 4 the hint fills the budget and the policy makes 0 tokens)
     SEEDS="0"; ROOT=${RUN_ROOT:-runs/smoke_grid}
-    EXTRA=(--steps 1 --batch_tasks 2 --group_size 2 --max_steps 4 --eval_games -1 --train_panel 0 --num_workers 1
+    EXTRA=(--steps 1 --batch_tasks 2 --group_size 2 --max_steps 15 --eval_games -1 --train_panel 0 --num_workers 1
            --engine hf --ckpt_every 0)
 fi
 N=0 DONE=0
@@ -64,6 +66,8 @@ run() {  # run GROUP NAME FLAGS...: one grid entry for the current seed $s
     if [ -f "$out/summary.json" ]; then echo "[run_all] done already: $out"; DONE=$((DONE + 1)); return 0; fi
     local resume=()
     ls -d "$out"/ckpt_* >/dev/null 2>&1 && resume=(--resume auto)
+    # a partial run without a checkpoint cannot be continued: start it again (train.py refuses silently reusing it)
+    [ ${#resume[@]} = 0 ] && [ -f "$out/log.jsonl" ] && resume=(--overwrite 1)
     echo "[run_all] $(date -u +%H:%M:%S) ${cmd[*]} ${resume[*]}"
     "${cmd[@]}" "${resume[@]}"
     if [ "$MODE" = cpu ] && [ "$SMOKE" = 0 ]; then

@@ -12,14 +12,32 @@ Probe schedulers (binary, enum, hybrid) call `probe([(i, n), ...]) -> [successes
 rollouts per pair; the caller keeps those rollouts, so the chosen probe's group is the one trained on.
 `plan["probe_rollouts"]` counts only the extra rollouts beyond the R per task that GRPO spends.
 
-Run `python bench.py sched` for a side-by-side simulation of all of them.
+Every rule is one function in RULES (`register` below the Scheduler class): config.py's --scheduler choices and
+help come from it, and its `g2` flag (Agent-G² family) gives the hybrid probe and eval.py's checkpoint-state replay.
+state_dict() saves every attribute but the fixed ones, so new state survives resume without a line there.
+
+Run `python bench.py sched` for a side-by-side simulation of all of them (`--only NAME`: one rule beside Agent-G²).
 """
 import math
 from itertools import combinations
 
 import numpy as np
 
-PROBE = {"binary", "enum"}
+RULES = {}  # name -> {"fn", "probe", "g2", "help"}: the one list of schedulers (config.py's choices come from it)
+
+
+def register(name, help, probe=False, g2=False):
+    """Add a depth rule. probe=False: fn(sched, task, step) -> prefix steps n for one task.
+    probe=True: fn(sched, tasks, step, probe) -> (n list, extra probe rollouts). g2=True: an Agent-G²-family rule
+    (hybrid probe, checkpoint-state replay in eval.py diagnose)."""
+    def deco(fn):
+        RULES[name] = {"fn": fn, "probe": probe, "g2": g2, "help": help}
+        return fn
+    return deco
+
+
+def is_g2(name):
+    return RULES.get(name, {}).get("g2", False)
 
 
 def render_prefix(actions):
@@ -115,7 +133,7 @@ def make_clusters(values, K, mode, rng):
 
 class Scheduler:
     def __init__(self, cfg, task_ids, lengths, seed=0):
-        if cfg.scheduler not in {"g2", "none", "fixed", "linear", "cosine", "step", "target_acc", "binary", "enum"}:
+        if cfg.scheduler not in RULES:
             raise ValueError(f"unknown scheduler {cfg.scheduler!r}")
         if min(lengths) < 1:
             raise ValueError("every expert length L must be >= 1")
@@ -127,20 +145,25 @@ class Scheduler:
         self.cluster = {t: int(k) for t, k in zip(self.ids, cl)}
         self.mu_global = cfg.mu0
         self.A, self.V = np.zeros(self.K), np.zeros(self.K)
+        self.N = np.zeros(self.K)  # groups with a kept episode seen per cluster
         self.d = 0  # target-acc counter
         self.succ = {}  # task id -> EMA of its success (online clusters) ; last_p: its last group mean
         self.last_p = {}
         self.probe_rollouts = 0  # total extra rollouts spent on probes
+        self.step = 0  # the last step depths() was asked for
+        self.n_updates = 0  # update() calls with a kept episode
 
     # ---- Agent-G² per-task distribution (SPEC §2 step 2) ----
-    def mu_sigma(self, k):
+    def mu_sigma(self, k, step=0):
         c = self.cfg
         mu_k = float(np.clip(self.mu_global + c.lam * (c.p_target - self.A[k]), 0.0, c.cap))
         sigma_k = max(c.gamma * self.V[k], c.sigma_min) if c.sigma_mode == "dynamic" else c.sigma_fixed
         return mu_k, float(sigma_k)
 
-    def sample_ratio(self, k):
-        mu, sigma = self.mu_sigma(k)
+    def sample_ratio(self, k, step=0):
+        return self.draw(*self.mu_sigma(k, step))
+
+    def draw(self, mu, sigma):  # one ratio around mu in the configured sampling mode, clipped to [0, cap]
         if self.cfg.sampling == "gaussian":
             z = self.rng.normal(mu, sigma)
         elif self.cfg.sampling == "uniform":  # same variance: U(mu - sqrt(3) sigma, mu + sqrt(3) sigma)
@@ -152,7 +175,7 @@ class Scheduler:
     # ---- depths for one batch ----
     def depths(self, tasks, step, probe=None):
         """tasks: [{"id", "L", "tok_cum" (token prefixes only)}] -> {"n": [...], "r": [...], "probe_rollouts": int}"""
-        c, T, R = self.cfg, self.cfg.steps, self.cfg.group_size
+        c = self.cfg
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
         for t in tasks:
@@ -162,33 +185,15 @@ class Scheduler:
             self.recluster()
         if c.prefix_unit == "token" and any("tok_cum" not in t for t in tasks):
             raise ValueError("prefix_unit 'token' needs each task's tok_cum (token_offsets of its walkthrough)")
-        frac = min(step, T - 1) / max(T - 1, 1)
-        n, spent = [], 0
-        for t in tasks:
-            L = t["L"]
-            if self.name == "g2":
-                n.append(self._prefix(self.sample_ratio(self.cluster[t["id"]]), t))
-            elif self.name == "none":
-                n.append(0)
-            elif self.name == "fixed":
-                n.append(self._prefix(c.fixed_ratio, t))
-            elif self.name == "linear":
-                n.append(self._prefix(1.0 - frac, t))
-            elif self.name == "cosine":
-                n.append(self._prefix(max(0.0, math.cos(math.pi / 2 * frac)), t))
-            elif self.name == "step":
-                n.append(max(L - 1 - step // c.step_every, 0))
-            elif self.name == "target_acc":
-                n.append(max(L - 1 - self.d, 0))
-            else:
-                n.append(None)  # probe methods fill these in below
-        if self.name == "binary":
-            n, spent = self._binary(tasks, probe)
-        elif self.name == "enum":
-            n, spent = self._enum(tasks, probe)
-        elif self.name == "g2" and c.hybrid_probe:
-            n, spent = self._hybrid(tasks, n, probe)
+        rule = RULES[self.name]
+        if rule["probe"]:
+            n, spent = rule["fn"](self, tasks, step, probe)
+        else:
+            n, spent = [rule["fn"](self, t, step) for t in tasks], 0
+        if rule["g2"] and c.hybrid_probe:
+            n, spent = self._hybrid(tasks, n, probe, step)
         self.probe_rollouts += spent
+        self.step = step
         return {"n": n, "r": [ni / t["L"] for ni, t in zip(n, tasks)], "probe_rollouts": spent}
 
     def _prefix(self, r, t):  # ratio -> prefix steps in the configured unit (token units: released code's cap too)
@@ -199,7 +204,7 @@ class Scheduler:
     def _closest(self, tried):  # probed depth with successes closest to R/2 (ties: the shallower)
         return min(tried, key=lambda n: (abs(tried[n] - self.cfg.group_size / 2), n))
 
-    def _binary(self, tasks, probe):
+    def _binary(self, tasks, step, probe):
         c, target = self.cfg, self.cfg.group_size / 2
         lo = [0] * len(tasks)
         hi = [min(t["L"] - 1, c.max_steps - 1) for t in tasks]
@@ -220,7 +225,7 @@ class Scheduler:
         spent = sum(len(t) - 1 for t in tried) * c.group_size
         return [self._closest(t) for t in tried], spent
 
-    def _enum(self, tasks, probe):
+    def _enum(self, tasks, step, probe):
         c = self.cfg
         grids = []
         for t in tasks:
@@ -237,7 +242,7 @@ class Scheduler:
             tried[i][n] = s
         return [self._closest(t) for t in tried], (len(pairs) - len(tasks)) * c.group_size
 
-    def _hybrid(self, tasks, n, probe):
+    def _hybrid(self, tasks, n, probe, step=0):
         """Beyond the paper: a task whose last group was all-0 / all-1 first probes its sampled depth;
         if that group is degenerate too, move one sigma deeper / shallower (one extra group at most)."""
         c, flagged = self.cfg, [i for i, t in enumerate(tasks) if self.last_p.get(t["id"]) in (0.0, 1.0)]
@@ -249,7 +254,7 @@ class Scheduler:
             if 0 < s < c.group_size:
                 continue  # in band: the probe group is the policy group, no extra cost
             L, k = tasks[i]["L"], self.cluster[tasks[i]["id"]]
-            shift = self.mu_sigma(k)[1] * (1 if s == 0 else -1)
+            shift = self.mu_sigma(k, step)[1] * (1 if s == 0 else -1)
             n[i] = self._prefix(float(np.clip(ni / L + shift, 0, c.cap)), tasks[i])
             spent += c.group_size
         return n, spent
@@ -286,6 +291,7 @@ class Scheduler:
         # without flags, the mean of the task means. [ZJU-REAL/Agent-G2 gmsv/alfworld.py, update_after_train_batch:
         # batch accuracy = mean over rollouts]
         acc = float(np.concatenate(f).mean()) if f is not None else float(p.mean())
+        self.n_updates += 1
         if self.name == "target_acc" and acc >= 0.5:
             self.d += 1
         if c.mu_update == "sign":
@@ -303,6 +309,7 @@ class Scheduler:
                 x = p[ks == k]
             self.A[k] = (1 - c.alpha) * self.A[k] + c.alpha * x.mean()
             self.V[k] = (1 - c.alpha) * self.V[k] + c.alpha * x.var()  # population variance, as np.var there
+            self.N[k] += int(np.sum(ks == k))
         for t, pi in zip(ids, p):
             self.last_p[t] = float(pi)
             self.succ[t] = float(pi) if t not in self.succ else 0.5 * self.succ[t] + 0.5 * float(pi)
@@ -315,20 +322,73 @@ class Scheduler:
 
     # ---- logging / checkpoints ----
     def stats(self):
-        ms = [self.mu_sigma(k) for k in range(self.K)]
+        ms = [self.mu_sigma(k, self.step) for k in range(self.K)]
         return {"mu_global": self.mu_global, "A": self.A.tolist(), "V": self.V.tolist(),
                 "mu_k": [m for m, _ in ms], "sigma_k": [s for _, s in ms], "d": self.d,
                 "thresholds": list(self.thresholds), "probe_rollouts_total": self.probe_rollouts}
 
+    FIXED = ("cfg", "name", "K", "ids", "lengths")  # set by __init__ from its arguments, never changed
+
     def state_dict(self):
-        return {"mu_global": self.mu_global, "A": self.A.tolist(), "V": self.V.tolist(), "d": self.d,
-                "succ": self.succ, "last_p": self.last_p, "cluster": self.cluster,
-                "thresholds": list(self.thresholds), "probe_rollouts": self.probe_rollouts,
-                "rng": self.rng.bit_generator.state}
+        """Every attribute but FIXED (a new one is saved without a line here), JSON-able; the RNG as its state."""
+        sd = {}
+        for key, v in self.__dict__.items():
+            if key in self.FIXED:
+                continue
+            if key == "rng":
+                v = v.bit_generator.state
+            elif isinstance(v, np.ndarray):
+                v = v.tolist()
+            elif isinstance(v, dict):
+                v = dict(v)
+            elif isinstance(v, list):
+                v = list(v)
+            sd[key] = v
+        return sd
 
     def load_state_dict(self, sd):
-        self.mu_global, self.d, self.probe_rollouts = sd["mu_global"], sd["d"], sd["probe_rollouts"]
-        self.A, self.V = np.array(sd["A"], dtype=float), np.array(sd["V"], dtype=float)
-        self.succ, self.last_p = dict(sd["succ"]), dict(sd["last_p"])
-        self.cluster, self.thresholds = {t: int(k) for t, k in sd["cluster"].items()}, list(sd["thresholds"])
-        self.rng.bit_generator.state = sd["rng"]
+        for key, v in sd.items():
+            if key == "rng":
+                self.rng.bit_generator.state = v
+            elif isinstance(getattr(self, key, None), np.ndarray):
+                setattr(self, key, np.array(v, dtype=float))
+            elif key == "cluster":
+                self.cluster = {t: int(k) for t, k in v.items()}
+            elif isinstance(v, dict):
+                setattr(self, key, dict(v))
+            elif isinstance(v, list):
+                setattr(self, key, list(v))
+            else:
+                setattr(self, key, v)
+
+
+# ---- the rules (SPEC §2, §3): one registered function each ----
+@register("g2", "Agent-G²: per-cluster Gaussian ratio around mu_global + lam (p_target - A_k)", g2=True)
+def _g2(s, t, step):
+    return s._prefix(s.sample_ratio(s.cluster[t["id"]], step), t)
+
+
+@register("g2_ucb", "Agent-G² with an exploration bonus on the centre: mu_k + ucb_c sqrt(log(t+1) / (n_k+1))",
+          g2=True)
+def _g2_ucb(s, t, step):
+    k = s.cluster[t["id"]]
+    mu, sigma = s.mu_sigma(k, step)
+    mu = min(mu + s.cfg.ucb_c * math.sqrt(math.log(step + 1) / (s.N[k] + 1)), s.cfg.cap)
+    return s._prefix(s.draw(mu, sigma), t)
+
+
+def _frac(s, step):
+    return min(step, s.cfg.steps - 1) / max(s.cfg.steps - 1, 1)
+
+
+register("none", "plain GRPO: no hint")(lambda s, t, step: 0)
+register("fixed", "ratio --fixed_ratio throughout")(lambda s, t, step: s._prefix(s.cfg.fixed_ratio, t))
+register("linear", "ratio 1 -> 0 linearly over --steps")(lambda s, t, step: s._prefix(1.0 - _frac(s, step), t))
+register("cosine", "ratio cos(pi/2 * progress)")(
+    lambda s, t, step: s._prefix(max(0.0, math.cos(math.pi / 2 * _frac(s, step))), t))
+register("step", "L-1 steps, one fewer every --step_every")(
+    lambda s, t, step: max(t["L"] - 1 - step // s.cfg.step_every, 0))
+register("target_acc", "L-1 steps, one fewer after each batch with accuracy >= 0.5")(
+    lambda s, t, step: max(t["L"] - 1 - s.d, 0))
+register("binary", "binary search of the depth by probe groups", probe=True)(Scheduler._binary)
+register("enum", "every depth of a grid probed, the closest to R/2 kept", probe=True)(Scheduler._enum)

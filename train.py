@@ -30,6 +30,11 @@ from config import dump, get_config
 t_start = time.time()
 # ------------------------------------------------------------------ config
 cfg = get_config(description=__doc__)  # parse before envs: the PDDL engine overwrites sys.argv
+from config import check_data, check_model, check_out_dir, model_error  # noqa: E402
+
+check_model(cfg.model)  # one-line errors (exit 2) before any heavy work
+check_data(cfg)
+check_out_dir(cfg, clear=os.environ.get("RANK", "0") == "0")
 
 # ------------------------------------------------------------------ distributed setup
 import torch  # noqa: E402
@@ -84,8 +89,11 @@ from scheduler import Scheduler, token_offsets  # noqa: E402
 from tiny import resolve_model  # noqa: E402
 
 model_path = local_first(lambda: resolve_model(cfg), ddp, local_rank)  # 'tiny': built once per node (same seed)
-tok = AutoTokenizer.from_pretrained(model_path)
-policy = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(device)  # fp32 master weights
+try:
+    tok = AutoTokenizer.from_pretrained(model_path)
+    policy = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(device)  # fp32 master weights
+except (OSError, ValueError) as e:  # a hub id that is not reachable (offline, a typo)
+    model_error(cfg.model, e)
 if cfg.grad_ckpt:
     policy.gradient_checkpointing_enable()
 ref = None
@@ -467,7 +475,7 @@ for step in bar:
                **parts, "grad_norm": gnorm, "update_rel": upd, "stepped": upd > 0,
                "error_episodes": n_err,
                "mean_n": float(np.mean(plan["n"])), "mean_r": float(np.mean(plan["r"])),
-               "mu_global": s["mu_global"], "A": s["A"], "V": s["V"], "mu_k": s["mu_k"], "sigma_k": s["sigma_k"],
+               **s,  # the scheduler's stats() whole: a new statistic is logged without a line here
                "rollouts": n_eps, "probe_rollouts": plan["probe_rollouts"],  # trained on (|B| R) / extra
                "rollouts_played": sum(x.get("rollouts", 0) for x in st) + sum(x.get("rollouts", 0) for x in pst),
                "tokens": sum(x.get("gen_tokens", 0) for x in st) + sum(x.get("gen_tokens", 0) for x in pst),

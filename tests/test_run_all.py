@@ -1,16 +1,13 @@
 """run_all.sh: the paper grid as a dry run, and every grid entry for one step at toy scale (--cpu --smoke)."""
 import json
 import os
+import re
 import subprocess
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MAIN = ["g2", "grpo", "fixed", "linear", "cosine", "step", "target_acc", "binary", "enum"]
-ABLATIONS = ["no_sampling", "uniform", "no_adapt_centre", "no_adapt_spread", "no_aux", "no_grpo"]
-CLUSTERS = ["K1", "K5", "K10", "random"]
-SFT = ["sft_full", "sft_prefix"]
-WEBSHOP = ["ws_" + m for m in MAIN]  # GPU: every main method on the official WebShop; CPU: g2 and grpo on lite
+GROUPS = ["main", "ablations", "clusters", "sft", "released", "webshop"]  # run_all.sh's --only values
 
 
 def sh(*args, env=None, timeout=60):
@@ -18,29 +15,62 @@ def sh(*args, env=None, timeout=60):
                           env={**os.environ, **(env or {})})
 
 
-def test_dry_run_lists_the_whole_paper_grid():
-    p = sh("--dry-run")
+def grid(*args):
+    """(entry names in order, {name: [seeds]}, command lines, the closing '# N runs' count) of a dry run: the
+    names come from run_all.sh itself, never from a copy here."""
+    p = sh("--dry-run", *args)
     assert p.returncode == 0, p.stderr
-    lines = [x for x in p.stdout.splitlines() if x.startswith("torchrun")]
-    names = MAIN + ABLATIONS + CLUSTERS + SFT + ["released"] + WEBSHOP
-    assert len(lines) == 5 * len(names) and p.stdout.strip().endswith(f"# {5 * len(names)} runs (gpu, seeds: 0 1 2 3 4)")
-    for n in names:
-        for s in range(5):
-            assert sum(f"--out_dir runs/paper_grid/{n}/s{s} " in x for x in lines) == 1, (n, s)
+    lines = [x for x in p.stdout.splitlines() if x.startswith(("torchrun", "python"))]
+    seeds = {}
+    for x in lines:
+        m = re.search(r"--out_dir \S+/([^/\s]+)/s(\d+) ", x)
+        assert m, x
+        seeds.setdefault(m.group(1), []).append(int(m.group(2)))
+    count = re.fullmatch(r"# (\d+) runs \(.*\)", p.stdout.strip().splitlines()[-1])
+    assert count, p.stdout[-200:]
+    return list(seeds), seeds, lines, int(count.group(1))
+
+
+def test_dry_run_lists_the_whole_paper_grid():
+    names, seeds, lines, count = grid()
+    assert count == len(lines) == 5 * len(names)  # the header's count is the lines printed, 5 seeds per entry
+    assert all(seeds[n] == [0, 1, 2, 3, 4] for n in names)
     assert all("--preset paper" in x for x in lines)
+    by_group = {g: grid("--only", g)[0] for g in GROUPS}  # the --only groups split the grid, in its order
+    assert sorted(sum(by_group.values(), [])) == sorted(names) and len(set(names)) == len(names)
+    # every main entry runs a registered scheduler (plain GRPO is named grpo in the grid)
+    from scheduler import RULES
+    main = [x for x in lines if any(f"/{n}/s0 " in x for n in by_group["main"])]
+    assert {re.search(r"--scheduler (\S+)", x).group(1) for x in main} <= set(RULES)
     seven = sh("--dry-run", "--7b").stdout
     assert seven.count("--model Qwen/Qwen2.5-7B-Instruct --parallel fsdp") == 10
-    assert sh("--dry-run", "--only", "sft").stdout.count("torchrun") == 10
-    ws = [x for x in sh("--dry-run", "--only", "webshop").stdout.splitlines() if x.startswith("torchrun")]
-    assert len(ws) == 45 and all("--env webshop --webshop_backend official --max_steps 15" in x for x in ws)
+    ws = grid("--only", "webshop")[2]
+    assert len(ws) == 5 * len(by_group["webshop"]) and all(
+        "--env webshop --webshop_backend official --max_steps 15" in x for x in ws)
     assert sh("--only", "bogus").returncode == 2 and sh("--smoke").returncode == 2
+
+
+def test_cpu_smoke_dry_run_one_seed_per_entry():
+    names, seeds, lines, count = grid("--cpu", "--smoke")
+    assert count == len(lines) == len(names) and all(seeds[n] == [0] for n in names)
+    assert all("--steps 1 " in x and "--preset cpu" in x for x in lines)
+
+
+def policy_acted(run_dir):
+    """The policy generated tokens in the trained step (not only the hint and the aux loss), and
+    whether a policy-gradient step had a row to act on (a group with a non-zero advantage)."""
+    steps = [json.loads(x) for x in open(os.path.join(run_dir, "log.jsonl")) if '"lr"' in x]
+    return sum(r["tokens"] for r in steps) > 0, any(r["zero_adv_groups"] < r["groups"] for r in steps)
 
 
 @pytest.mark.slow
 def test_cpu_smoke_grid_gives_every_entry_its_step(tmp_path):
     p = sh("--cpu", "--smoke", env={"RUN_ROOT": str(tmp_path), "TQDM_DISABLE": "1"}, timeout=1800)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    names = MAIN + ABLATIONS + CLUSTERS + SFT + ["released_rules", "ws_g2", "ws_grpo"]
+    names = grid("--cpu", "--smoke")[0]
+    from config import Config
+    from scheduler import Scheduler
+    stats_keys = Scheduler(Config(), ["a"], [3]).stats()
     for n in names:
         d = tmp_path / n / "s0"
         steps = [json.loads(x) for x in open(d / "log.jsonl") if '"eval"' not in x]
@@ -48,6 +78,11 @@ def test_cpu_smoke_grid_gives_every_entry_its_step(tmp_path):
         summary = json.load(open(d / "summary.json"))
         assert summary["steps"] == 1 and summary["cfg"]["preset"] == "cpu", n
         assert summary["cfg"]["env"] == ("webshop" if n.startswith("ws_") else "alfworld"), n
+        assert set(stats_keys) <= set(steps[0]), n  # train.py logs the scheduler's stats() whole
+        if summary["cfg"]["mode"] not in ("sft_full", "sft_prefix"):  # SFT plays no rollout
+            assert policy_acted(d)[0], (n, "the policy generated no token: the hint fills --max_steps")
+    # a 2-rollout group is often all-0 or all-1, so one run may have no non-zero advantage; the grid as a whole must
+    assert sum(policy_acted(tmp_path / n / "s0")[1] for n in names if not n.startswith("sft")) >= 1
     again = sh("--cpu", "--smoke", env={"RUN_ROOT": str(tmp_path)})  # complete runs are skipped: resumable
     assert again.returncode == 0 and again.stdout.count("[run_all] done already:") == len(names)
 

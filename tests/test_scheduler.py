@@ -396,3 +396,104 @@ def test_bad_input_raises():
         s.update(["t0"], [float("nan")])
     with pytest.raises(ValueError, match="needs each task's tok_cum"):  # no silent fall-back to action counts
         make(prefix_unit="token").depths(tasks_of([3]), 0)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(cluster_mode="online", recluster_every=2), dict(scheduler="target_acc")])
+def test_state_dict_round_trips_every_attribute(kw):
+    """After some depths/updates, a fresh scheduler loaded from state_dict equals the old one in every attribute
+    (all of __dict__, not a list of names), and both draw the same next depths."""
+    L = (3, 5, 7, 9, 11, 13)
+    a = make(L, seed=1, **kw)
+    tasks = tasks_of(L)
+    for step in range(5):
+        a.depths(tasks, step)
+        a.update([t["id"] for t in tasks], [0.25, 0.5, 1.0, 0.0, 0.75, 0.5],
+                 [[0, 1, 0, 0], [1, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 1, 0], [0, 1, 1, 0]])
+    b = make(L, seed=99, **kw)  # another seed: its RNG and (random-free) init must all be overwritten
+    b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    assert set(vars(a)) == set(vars(b))
+    for key, va in vars(a).items():
+        vb = getattr(b, key)
+        if key == "rng":
+            assert va.bit_generator.state == vb.bit_generator.state
+        elif isinstance(va, np.ndarray):
+            assert va.tolist() == vb.tolist(), key
+        else:
+            assert va == vb, key
+    assert a.step == 4 and a.n_updates == 5  # hand count: the last depths() step, five updates with episodes
+    assert a.depths(tasks, 5) == b.depths(tasks, 5)
+
+
+def test_state_dict_saves_a_new_attribute_without_a_line():
+    s = make()
+    s.my_new_counter = 7  # a variant's new state
+    t = make()
+    t.load_state_dict(json.loads(json.dumps(s.state_dict())))
+    assert t.my_new_counter == 7
+
+
+def test_registry_is_the_one_list_of_schedulers():
+    import config
+    from scheduler import RULES, is_g2
+    assert config.CHOICES["scheduler"] == list(RULES)
+    assert all(k in config.Config.__dataclass_fields__["scheduler"].metadata["help"] for k in RULES)
+    assert {k for k in RULES if RULES[k]["probe"]} == {"binary", "enum"}
+    assert is_g2("g2") and is_g2("g2_ucb") and not is_g2("linear") and not is_g2("bogus")
+
+
+def test_hybrid_probe_follows_the_family_not_the_name():
+    """g2_ucb is Agent-G²-family: with --hybrid_probe a task whose last group was all-0 is probed first."""
+    s = make(lengths=(10, 10, 10), scheduler="g2_ucb", hybrid_probe=True, mu0=0.5, lam=0.0, sampling="none")
+    s.update(["t0", "t1", "t2"], [0.0, 0.5, 1.0])
+    asked = []
+    s.depths(tasks_of((10, 10, 10)), 1, lambda pairs: asked.extend(pairs) or [4] * len(pairs))
+    assert [i for i, _ in asked] == [0, 2]  # t0 (all-0) and t2 (all-1) probed, t1 not
+
+
+def test_g2_ucb_centre_bonus_by_hand():
+    """mu0 0.4, lam 0 (mu_k = mu_global = 0.4), sampling none, ucb_c 0.2, one cluster.
+    step 0: log(1) = 0, no bonus: r = 0.4, n = ceil(0.4 * 10) = 4.
+    step 3 before any update (n_k = 0): 0.4 + 0.2 sqrt(log 4 / 1) = 0.4 + 0.2 * 1.17741 = 0.63548 -> n = ceil(6.35) = 7.
+    After one update of 3 groups at p = 0.5 (acc 0.5 = p_target: mu_global stays 0.4 under sign? sign(0) = 0),
+    n_k = 3: 0.4 + 0.2 sqrt(log 4 / 4) = 0.4 + 0.2 * 0.58871 = 0.51774 -> n = ceil(5.18) = 6."""
+    s = make(lengths=(10, 10, 10), scheduler="g2_ucb", mu0=0.4, lam=0.0, sampling="none", ucb_c=0.2, K=1,
+             mu_update="sign", p_target=0.5)
+    T = tasks_of((10, 10, 10))
+    assert s.depths(T, 0)["n"] == [4, 4, 4]
+    assert s.depths(T, 3)["n"] == [7, 7, 7]
+    s.update(["t0", "t1", "t2"], [0.5, 0.5, 0.5])
+    assert s.mu_global == pytest.approx(0.4) and s.N.tolist() == [3.0]
+    assert s.depths(T, 3)["n"] == [6, 6, 6]
+
+
+def test_toy_scheduler_through_the_registry_alone_runs_in_the_simulator():
+    """A fork adds a rule with one decorator (here, in the test file) and simulates it beside Agent-G²."""
+    import bench
+    from scheduler import RULES, register
+
+    @register("toy_half_then_none", "half the walkthrough for 20 steps, then no hint")
+    def toy(s, t, step):
+        return prefix_len(0.5, t["L"]) if step < 20 else 0
+
+    try:
+        s = make(lengths=(4, 10), scheduler="toy_half_then_none")
+        assert s.depths(tasks_of((4, 10)), 0)["n"] == [2, 5] and s.depths(tasks_of((4, 10)), 20)["n"] == [0, 0]
+        r = bench.simulate(dict(scheduler="toy_half_then_none"), seed=0)
+        assert 0 <= r["band50"] <= 1 and r["rollouts_per_task"] == 1.0  # no probe: exactly R rollouts per group
+        assert r["under50"] + r["band50"] + r["over50"] == pytest.approx(1.0)
+    finally:
+        del RULES["toy_half_then_none"]
+
+
+def test_bench_sched_only_simulates_one_rule_beside_g2():
+    import subprocess
+    import sys
+    root = __import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.abspath(__file__)))
+    p = subprocess.run([sys.executable, "bench.py", "sched", "--only", "g2_ucb", "--ucb_c", "0.3", "--seeds", "1"],
+                       cwd=root, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    rows = [x.split("  ")[0] for x in p.stdout.splitlines()[2:] if x and not x.startswith("(")]
+    assert rows == ["Agent-G2 (paper)", "g2_ucb ucb_c=0.3"]
+    bad = subprocess.run([sys.executable, "bench.py", "sched", "--only", "nope"], cwd=root, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode != 0 and "no scheduler 'nope'" in bad.stderr

@@ -3,6 +3,8 @@ Like WebShop, the page state of an episode lives in the shared server under the 
 goal price caps are drawn from the global `random` before the goal list is shuffled with seed 233, and an
 invalid action is a no-op."""
 import random
+import re
+import string
 
 import envs as g2  # this repo's envs.py (on sys.path in the tests): catalogue, pages, reward
 
@@ -26,11 +28,17 @@ class WebAgentTextEnv:
         assert observation_mode == "text", "the fake renders text mode only"
         self.server = server or SimServer(kwargs.get("num_products"))
         self.session_prefix, self.kwargs = session_prefix or "", kwargs
+        self.reset()  # like WebShop's constructor: a session with a random name and goal
 
     def reset(self, session=None, instruction_text=None):
-        idx = session if isinstance(session, int) else random.randrange(len(self.server.goals))
-        self.session = f"{self.session_prefix}{idx}"
-        self.server.user_sessions[self.session] = {"goal": self.server.goals[idx], "state": {"kind": "search"}}
+        """Like WebShop's reset + SimServer.receive: the goal is goals[session] only for a Python int (a NumPy
+        integer gets a random one); a session that exists keeps its goal; the page goes back to search."""
+        name = str(session) if session is not None else "".join(random.choices(string.ascii_lowercase, k=10))
+        self.session = f"{self.session_prefix}{name}"
+        if self.session not in self.server.user_sessions:
+            idx = session if isinstance(session, int) else random.randrange(len(self.server.goals))
+            self.server.user_sessions[self.session] = {"goal": self.server.goals[idx]}
+        self._s["state"] = {"kind": "search"}
         return self.observation, None
 
     @property
@@ -47,16 +55,34 @@ class WebAgentTextEnv:
         _, has_search, clicks = self.server.site.view(self._s["state"])
         return {"has_search_bar": has_search, "clickables": clicks}
 
+    def _search(self, keywords):
+        """WebShop's special first words are commands; <a> reads an attribute table that is never passed."""
+        site = self.server.site
+        if keywords[0] == "<a>":
+            raise TypeError("'NoneType' object is not subscriptable")
+        if keywords[0] == "<r>":
+            return random.sample(site.asins, min(50, len(site.asins)))
+        if keywords[0] == "<q>":
+            return [a for a in site.asins if site.products[a]["query"] == " ".join(keywords[1:]).strip()]
+        if keywords[0] == "<c>":
+            return [a for a in site.asins if keywords[1].strip() in site.products[a]["product_category"].lower()]
+        return site.search(" ".join(keywords))
+
     def step(self, action):
-        act = g2.parse_webshop_action(action)
+        """WebShop's step: a greedy 'name[arg]' parse from the start of the string (so 'search[a [b]]' is the
+        action 'search[a ' and does nothing), a search from any page, a click on a listed clickable; anything
+        else is a no-op."""
+        m = re.match(r"(.+)\[(.+)\]", action)
+        name, arg = m.groups() if m else (action, None)
+        arg = arg.lower() if arg is not None else None
         av = self.get_available_actions()
-        if act is None or (act[0] == "search" and not av["has_search_bar"]) or \
-                (act[0] == "click" and (act[1] not in av["clickables"] or act[1] == "search")):
-            return self.observation, 0.0, False, None  # WebShop: an invalid action is a no-op
         st = self._s["state"]
-        if act == ("click", "buy now"):
-            product = self.server.site.products[st["asin"]]
-            self.last_reward = g2.webshop_reward(self._s["goal"], product, list(st["options"].values()))[0]
-            return "Thank you for shopping with us!", self.last_reward, True, None
-        self._s["state"] = self.server.site.move(st, *act)
+        if name == "search" and arg:
+            self._s["state"] = {"kind": "results", "query": arg, "results": self._search(arg.split(" ")), "page": 1}
+        elif name == "click" and arg in av["clickables"] and arg != "search":
+            if arg == "buy now":
+                product = self.server.site.products[st["asin"]]
+                self.last_reward = g2.webshop_reward(self._s["goal"], product, list(st["options"].values()))[0]
+                return "Thank you for shopping with us!", self.last_reward, True, None
+            self._s["state"] = self.server.site.move(st, "click", arg)
         return self.observation, 0.0, False, None

@@ -1,0 +1,79 @@
+"""A newcomer's mistakes end in one line that names the path and the fix, exit code 2, no traceback; a run
+directory that holds a run is never overwritten silently; pruning never deletes the checkpoint just written."""
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(*cmd, env=None, timeout=300):
+    e = {k: v for k, v in os.environ.items() if k != "ALFWORLD_DATA"}
+    p = subprocess.run([sys.executable, *cmd], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                       env={**e, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", **(env or {})})
+    return p.returncode, p.stderr.strip().splitlines()
+
+
+def one_line(rc, err, *words):
+    assert rc == 2 and len(err) == 1 and err[0].startswith("error: "), (rc, err[-5:])
+    assert all(w in err[0] for w in words), err[0]
+
+
+@pytest.mark.parametrize("script", [["train.py"], ["eval.py", "panel"], ["envs.py", "stats"]])
+def test_missing_official_data(script):
+    one_line(*run(*script, "--games", "official"), "ALFWORLD_DATA is unset", "--games builtin")
+
+
+@pytest.mark.parametrize("script", [["train.py"], ["eval.py", "panel"]])
+def test_missing_model_directory(script):
+    one_line(*run(*script, "--model", "/no/such/dir"), "no checkpoint at /no/such/dir", "'tiny'")
+
+
+@pytest.mark.parametrize("script", [["train.py"], ["eval.py", "panel"]])
+def test_malformed_model_directory(script, tmp_path):
+    (tmp_path / "weights.bin").write_text("")
+    one_line(*run(*script, "--model", str(tmp_path)), f"--model {tmp_path}: no config.json")
+
+
+def test_unreachable_hub_id(tmp_path):
+    rc, err = run("train.py", "--model", "nosuchorg/nosuchmodel", "--out_dir", str(tmp_path / "o"), "--steps", "1",
+                  "--eval_games", "-1", "--num_workers", "1", "--engine", "hf")
+    one_line(rc, err, "--model nosuchorg/nosuchmodel: not a local directory and not loadable", "download it")
+
+
+def test_run_directory_is_never_overwritten_silently(tmp_path):
+    d = tmp_path / "run"
+    (d / "ckpt_000040").mkdir(parents=True)
+    (d / "ckpt_000040" / "COMPLETE").write_text("")
+    (d / "log.jsonl").write_text('{"step": 0}\n' * 43)
+    rc, err = run("train.py", "--out_dir", str(d), "--steps", "1")
+    one_line(rc, err, f"--out_dir {d} already holds a run", "--resume auto", "new --out_dir", "--overwrite 1")
+    assert len(open(d / "log.jsonl").readlines()) == 43 and (d / "ckpt_000040").is_dir()  # untouched
+    from config import Config, check_out_dir
+    check_out_dir(Config(out_dir=str(d), overwrite=True))  # --overwrite 1: the old run's files go first
+    assert sorted(os.listdir(d)) == []
+    check_out_dir(Config(out_dir=str(d)))  # an empty directory, or --resume: no complaint
+    (d / "log.jsonl").write_text("{}\n")
+    check_out_dir(Config(out_dir=str(d), resume="auto"))
+
+
+def test_pruning_keeps_the_checkpoint_just_written(tmp_path):
+    """An old run's ckpt_000020 and ckpt_000040 sort after the new step 1: with keep 2 the new ckpt_000001 and the
+    newest old one (ckpt_000040) stay, ckpt_000020 goes."""
+    import ckpt
+    for s in (20, 40):
+        (tmp_path / f"ckpt_{s:06d}").mkdir()
+        (tmp_path / f"ckpt_{s:06d}" / "COMPLETE").write_text("")
+    save = lambda p, **kw: (os.makedirs(p, exist_ok=True), open(os.path.join(p, "w"), "w").close())  # noqa: E731
+    stub = types.SimpleNamespace(save_pretrained=save)
+    from config import Config
+    path = ckpt.save(str(tmp_path), 1, stub, stub, None, {}, {"step": 1}, Config(), keep=2)
+    assert path == str(tmp_path / "ckpt_000001")
+    assert sorted(os.listdir(tmp_path)) == ["ckpt_000001", "ckpt_000040"]
+    assert json.load(open(tmp_path / "ckpt_000001" / "state.json")) == {"step": 1}
+    ckpt.save(str(tmp_path), 2, stub, stub, None, {}, {"step": 2}, Config(), keep=1)
+    assert sorted(os.listdir(tmp_path)) == ["ckpt_000002"]
