@@ -176,7 +176,8 @@ def _stats(x):
 
 
 def bench_env(args):
-    from envs import AlfEnv, EnvPool, load_tasks
+    from envs import AlfEnv, EnvPool
+    from gamegen import load_tasks
     tasks = load_tasks("train")
     res = {}
     print("bench.py env: real ALFWorld engine (alfworld + TextWorld PDDL) on the built-in games, ms (mean / p90)")
@@ -235,18 +236,19 @@ def bench_env(args):
 def bench_webshop(products=1000):
     """The WebShop-lite site (this repo's offline backend, not the official WebShop): build, search, page steps,
     expert replay and pool throughput under random actions (a random query for search[<query>])."""
-    import envs
+    import webshop
+    from envs import EnvPool
     from gamegen import make_catalogue
     spec = {"env": "webshop", "backend": "lite", "seed": 0, "products": products, "max_steps": 15}
     print(f"\nWebShop-lite ({products} generated products; not WebShop numbers), ms:")
     t0 = time.time()
     make_catalogue(0, products)
     t_cat = time.time() - t0
-    envs.lite_site.cache_clear()
+    webshop.lite_site.cache_clear()
     t0 = time.time()
-    env = envs.WebShopEnv(spec)
+    env = webshop.WebShopEnv(spec)
     t_site = time.time() - t0
-    words = sorted({w for g in env.goals[:200] for w in envs.expert_query(g).split()})
+    words = sorted({w for g in env.goals[:200] for w in webshop.expert_query(g).split()})
     rng = np.random.default_rng(0)
     ts = []
     for _ in range(200):
@@ -255,7 +257,7 @@ def bench_webshop(products=1000):
         ts.append(time.time() - t0)
     reset, step, replay = [], [], []
     for i in range(100):
-        walk = envs.scripted_expert(env, i)[0]
+        walk = webshop.scripted_expert(env, i)[0]
         t0 = time.time()
         ep = env.reset(i)
         reset.append(time.time() - t0)
@@ -273,9 +275,9 @@ def bench_webshop(products=1000):
 
     def rand(adm):  # an ended episode has no admissible action: its steps are refused, which is timed too
         a = adm[rng.integers(len(adm))] if adm else "click[buy now]"
-        return f"search[{' '.join(rng.choice(words, 3))}]" if a == envs.SEARCH_ACTION else a
+        return f"search[{' '.join(rng.choice(words, 3))}]" if a == webshop.SEARCH_ACTION else a
     for w in (1, 2):
-        pool = envs.EnvPool(w, spec)
+        pool = EnvPool(w, spec)
         eids = list(range(32))
         state = pool.run([("reset", e, e // 8, []) for e in eids])
         t0, n = time.time(), 0
@@ -296,7 +298,8 @@ def bench_rollout(args):
     import torch
     from transformers import AutoTokenizer
     from config import cache_dir, get_config
-    from envs import EnvPool, load_tasks, room_text
+    from envs import EnvPool, room_text
+    from gamegen import load_tasks
     from rollout import HFEngine, encode_prompt, rollout, user_message
     from tiny import tiny_path
     cfg = get_config(["--preset", "cpu"])
@@ -413,7 +416,7 @@ def bench_gpu(args):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from config import cache_dir
-    from envs import load_tasks
+    from gamegen import load_tasks
     from parallel import autocast
     from rollout import encode_prompt, response_logprobs
     from tiny import tiny_path

@@ -38,6 +38,7 @@ CHOICES = {
     "games": ["builtin", "official"],
     "env": ["alfworld", "webshop"],
     "webshop_backend": ["lite", "official"],
+    "webshop_split": ["paper", "authors"],
     "device": ["auto", "cpu", "cuda"],
     "dtype": ["auto", "float32", "bfloat16"],
     "parallel": ["ddp", "fsdp"],
@@ -76,6 +77,8 @@ class Config:
                              "($WEBSHOP_PATH checkout; `python envs.py webshop-doctor`)")
     webshop_products: int = F(1000, "WebShop-lite: products in the generated catalogue")
     webshop_seed: int = F(0, "WebShop-lite: catalogue and goal seed (fixed across run seeds)")
+    webshop_split: str = F("paper", "WebShop goal split: paper (test 0-499, eval 500-1499, train 1500+) | authors "
+                           "(released code: train 500+, validate on the first 500 goals, duplicates removed)")
     webshop_demos: str = F("", "WebShop: JSON {goal index: [actions]} of expert demonstrations (default: scripted expert)")
     train_split: str = F("train", "split used for training tasks (WebShop: train = goals 1500+)")
     eval_split: str = F("valid_unseen", "split for hint-free validation (WebShop: eval = goals 500-1499; test 0-499)")
@@ -201,7 +204,6 @@ def model_error(model, e):
 def check_data(cfg):
     """Official ALFWorld games need $ALFWORLD_DATA: say so in one line before any heavy work."""
     if cfg.env == "alfworld" and cfg.games == "official":
-        from envs import official_root
         try:
             official_root()
         except FileNotFoundError as e:
@@ -318,3 +320,15 @@ def cache_dir(cfg=None):
         or os.path.join(os.path.expanduser("~"), ".cache", "agent_g2")
     os.makedirs(d, exist_ok=True)
     return d
+
+
+def official_root():
+    """$ALFWORLD_DATA/json_2.1.1, the official games (alfworld-download), or a one-paragraph FileNotFoundError."""
+    data = os.environ.get("ALFWORLD_DATA", "")
+    root = os.path.join(data, "json_2.1.1")
+    if not data or not os.path.isdir(root):
+        raise FileNotFoundError(
+            f"official ALFWorld data not found at $ALFWORLD_DATA/json_2.1.1 ({root if data else 'ALFWORLD_DATA is unset'}). "
+            "Either download it on a machine with internet (`pip install alfworld && alfworld-download`, then "
+            "export ALFWORLD_DATA=<that dir>), or use the built-in generated games (--games builtin).")
+    return root

@@ -1,9 +1,10 @@
-"""Offline generators: ALFWorld games (on alfworld's own generator pieces and expert) and the WebShop-lite
-catalogue (seeded synthetic products and goals in WebShop's data schema). Nothing here runs during training;
-envs.py holds the runtime environments and reads what this file writes.
+"""Tasks and offline generators: ALFWorld's shared constants, task loading (the built-in generated set or the
+official data) and game generator, and the WebShop-lite catalogue (seeded synthetic products and goals in WebShop's
+data schema). envs.py and webshop.py play what this file loads; they import from here, never the other way round.
 
     python envs.py make-games --split train --n 200 --seed 0 --out DIR   # ALFWorld-format games, offline
     python envs.py make-builtin                                           # rebuild data/alfworld_builtin.tar.gz
+    python envs.py stats                                                  # split sizes + expert lengths
 
 ALFWorld games are written in the official layout (<split>/<task>-<obj>-None-<parent>-<scene>/trial_*/ with
 initial_state.pddl, traj_data.json, game.tw-pddl). Walkthroughs come from alfworld's own generator pieces
@@ -14,6 +15,7 @@ wheel; valid_unseen uses ALFRED's held-out scenes.
 import argparse
 import collections
 import functools
+import glob
 import importlib.machinery
 import importlib.util
 import json
@@ -27,7 +29,75 @@ import tarfile
 import tempfile
 import time
 
-from envs import BUILTIN, BUILTIN_TAR, INVALID_OBS, TASK_TYPES, _alfworld_env, length_table
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUILTIN_TAR = os.path.join(HERE, "data", "alfworld_builtin.tar.gz")
+BUILTIN = dict(train=240, valid_seen=48, valid_unseen=48)  # games per split in the built-in set
+TASK_TYPES = ["pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
+              "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place"]
+INVALID_OBS = "Nothing happens."
+
+
+def _alfworld_env():  # the alfworld package reads $ALFWORLD_DATA at import
+    os.environ.setdefault("ALFWORLD_DATA", os.path.join(tempfile.gettempdir(), "alfworld_data"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Tasks: the built-in set (shipped tarball, extracted to the cache) or the official data.
+# ---------------------------------------------------------------------------------------------
+def builtin_root(cache):
+    root = os.path.join(cache, "alfworld_builtin")
+    manifest = os.path.join(root, "manifest.json")
+    with tarfile.open(BUILTIN_TAR) as tf:
+        want = json.load(tf.extractfile("manifest.json"))
+        if os.path.exists(manifest) and json.load(open(manifest)) == want:
+            return root
+        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=cache)
+        tf.extractall(tmp, filter="data") if sys.version_info >= (3, 12) else tf.extractall(tmp)
+    shutil.rmtree(root, ignore_errors=True)
+    os.replace(tmp, root)
+    return root
+
+
+def load_tasks(split, games="builtin", cache=None, task_types=None, verbose=False):
+    """Sorted, deterministic list of tasks: {id, gamefile, task_type, walkthrough, L}. Skips unsolvable,
+    'movable' and 'Sliced' games, as alfworld does."""
+    from config import cache_dir, official_root
+    root = builtin_root(cache or cache_dir()) if games == "builtin" else official_root()
+    split_dir = os.path.join(root, split)
+    if not os.path.isdir(split_dir):
+        raise FileNotFoundError(f"no split '{split}' under {root} (have: {sorted(os.listdir(root))})")
+    tasks = []
+    for gf in sorted(glob.glob(os.path.join(split_dir, "**", "game.tw-pddl"), recursive=True)):
+        d = os.path.dirname(gf)
+        if "movable" in d or "Sliced" in d:
+            continue
+        g = json.load(open(gf))
+        if not g.get("solvable") or not g.get("walkthrough"):
+            continue
+        tt = json.load(open(os.path.join(d, "traj_data.json")))["task_type"]
+        if task_types and tt not in task_types:
+            continue
+        tasks.append({"id": os.path.relpath(d, root), "gamefile": gf, "task_type": tt,
+                      "walkthrough": g["walkthrough"], "L": len(g["walkthrough"])})
+    if verbose:
+        print(f"[envs] {games} {split}: {len(tasks)} games from {split_dir}")
+    return tasks
+
+
+def length_table(tasks):
+    """Expert-length distribution per task type (min / mean / max, n)."""
+    by = collections.defaultdict(list)
+    for t in tasks:
+        by[t["task_type"]].append(t["L"])
+    rows = [f"{'task type':32s} {'n':>4s} {'min':>4s} {'mean':>5s} {'max':>4s}"]
+    for tt in [t for t in TASK_TYPES if t in by] + sorted(set(by) - set(TASK_TYPES)) + ["all"]:
+        L = [t["L"] for t in tasks] if tt == "all" else by[tt]
+        if L:
+            rows.append(f"{tt:32s} {len(L):4d} {min(L):4d} {sum(L) / len(L):5.1f} {max(L):4d}")
+    return "\n".join(rows)
+
+
+
 
 ROOMS_FOR_TASK = {"pick_and_place_simple": ["Kitchen", "LivingRoom", "Bedroom", "Bathroom"],
                   "pick_two_obj_and_place": ["Kitchen", "LivingRoom", "Bedroom", "Bathroom"],

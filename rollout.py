@@ -86,14 +86,14 @@ def parse_action(text, finished=True):
 #          load_weights(named_tensors)
 # ----------------------------------------------------------------------------------------------
 def _free_head():
-    from envs import SEARCH_ACTION
+    from webshop import SEARCH_ACTION
     return "<action>" + SEARCH_ACTION.split("<")[0]  # '<action>search['
 
 
 def choice_ids(tok, commands):
     """Token sequences of every allowed reply (constrained decoding). A command with a free-text slot (WebShop's
     'search[<query>]') allows its literal start, then anything (grpo.FREE): the query is the policy's own text."""
-    from envs import SEARCH_ACTION
+    from webshop import SEARCH_ACTION
     return [tok.encode(_free_head(), add_special_tokens=False) + [FREE] if c == SEARCH_ACTION else
             tok.encode(expert_reply(c), add_special_tokens=False) + [tok.eos_token_id] for c in commands]
 

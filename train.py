@@ -71,7 +71,8 @@ def gather(obj):
 
 
 # ------------------------------------------------------------------ tasks + env pool (before any CUDA work)
-from envs import EnvPool, batch_indices, env_spec, length_table, tasks_for, train_subset  # noqa: E402
+from envs import EnvPool, batch_indices, env_spec, tasks_for, train_subset  # noqa: E402
+from gamegen import length_table  # noqa: E402
 
 train_tasks = train_subset(local_first(lambda: tasks_for(cfg, cfg.train_split, verbose=master), ddp, local_rank),
                            cfg.train_games)  # each node extracts its own cache, once

@@ -7,8 +7,9 @@ import shutil
 
 import pytest
 
-from envs import AlfEnv, EnvPool, batch_indices, load_tasks, official_root, room_text, task_text
-from gamegen import make_games
+from config import official_root
+from envs import AlfEnv, EnvPool, batch_indices, room_text, task_text
+from gamegen import load_tasks, make_games
 
 
 @pytest.fixture(scope="module")

@@ -115,7 +115,8 @@ class ScriptedPolicy:
 
 def test_panel_expert_random_and_determinism(tmp_path):
     from transformers import AutoTokenizer
-    from envs import EnvPool, load_tasks
+    from envs import EnvPool
+    from gamegen import load_tasks
     from tiny import tiny_path
     from config import cache_dir
     tok = AutoTokenizer.from_pretrained(tiny_path(cache_dir()))

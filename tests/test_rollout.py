@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from config import Config
-from envs import EnvPool, load_tasks
+from envs import EnvPool
+from gamegen import load_tasks
 from rollout import HFEngine, encode_prompt, expert_reply, parse_action, rollout, user_message
 
 
@@ -224,7 +225,7 @@ def test_constrained_logprobs_agree_across_engines_and_trainer(tiny, request, en
 def test_expert_targets_follow_the_constrained_paths(tiny):
     """Aux/SFT targets are replies the constrained decoder can produce: every token stays in the trie (a search's
     '<action>search[' start tokenised on its own, then the free query)."""
-    from envs import SEARCH_ACTION
+    from webshop import SEARCH_ACTION
     from grpo import trie_options
     from rollout import choice_ids, expert_ids
     _, tok = tiny

@@ -10,10 +10,11 @@ import sys
 import numpy as np
 import pytest
 
-import envs
-from envs import (SEARCH_ACTION, WEBSHOP_SPLITS, EnvPool, WebShopEnv, load_webshop_tasks, parse_webshop_action,
-                  scripted_expert, webshop_reward)
+import webshop
+from envs import EnvPool
 from gamegen import make_catalogue
+from webshop import (SEARCH_ACTION, WEBSHOP_SPLITS, WebShopEnv, load_webshop_tasks, parse_webshop_action,
+                     scripted_expert, webshop_reward)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAKE = os.path.join(HERE, "fake_webshop")
@@ -46,13 +47,13 @@ def test_split_schemes_paper_and_authors():
     for i in range(1200):
         opts = {"size": "12 pack", "color": "Navy Blue"} if i % 2 == 0 else {"color": "navy  blue", "size": "12 Pack"}
         goals.append({"asin": f"b{i // 2:09d}" if i % 2 else f"B{i // 2:09d}", "goal_options": opts})
-    assert envs.webshop_split_indices(goals, "test", "paper") == list(range(500))
-    assert envs.webshop_split_indices(goals, "eval", "paper") == list(range(500, 1200))
-    assert envs.webshop_split_indices(goals, "train", "paper") == []
-    assert envs.webshop_split_indices(goals, "eval", "authors") == list(range(0, 1000, 2))
-    assert envs.webshop_split_indices(goals, "test", "authors") == list(range(0, 1000, 2))
-    assert envs.webshop_split_indices(goals, "train", "authors") == list(range(500, 1200))
-    assert envs.goal_target_key(goals[0]) == ("B000000000", (("12 pack", 1), ("navy blue", 1)))
+    assert webshop.webshop_split_indices(goals, "test", "paper") == list(range(500))
+    assert webshop.webshop_split_indices(goals, "eval", "paper") == list(range(500, 1200))
+    assert webshop.webshop_split_indices(goals, "train", "paper") == []
+    assert webshop.webshop_split_indices(goals, "eval", "authors") == list(range(0, 1000, 2))
+    assert webshop.webshop_split_indices(goals, "test", "authors") == list(range(0, 1000, 2))
+    assert webshop.webshop_split_indices(goals, "train", "authors") == list(range(500, 1200))
+    assert webshop.goal_target_key(goals[0]) == ("B000000000", (("12 pack", 1), ("navy blue", 1)))
     # through load_webshop_tasks on lite (whose goals never repeat a key): the authors' train starts at 500
     spec = dict(LITE, split="authors")
     assert [t["gamefile"] for t in load_webshop_tasks("train", spec, only=range(495, 505))] == list(range(500, 505))
@@ -95,9 +96,9 @@ def test_brackets_leave_queries_and_are_never_admissible():
     assert parse_webshop_action("search[red [mug]]") == ("search", "red mug")
     assert parse_webshop_action("search[[Red] mug]") == ("search", "red mug")
     assert parse_webshop_action("search[[ ]]") is None  # nothing left
-    assert envs.webshop_admissible(False, ["back to search", "2 [pack]", "buy now"]) == \
+    assert webshop.webshop_admissible(False, ["back to search", "2 [pack]", "buy now"]) == \
         ["click[back to search]", "click[buy now]"]
-    site = envs.LiteSite(9, 60)  # its own site: the option injected below must not leak into the cached one
+    site = webshop.LiteSite(9, 60)  # its own site: the option injected below must not leak into the cached one
     env = WebShopEnv(dict(LITE, seed=9, products=60))
     env.site = site
     walk, _ = scripted_expert(env, 0)
@@ -125,7 +126,7 @@ def test_search_from_any_page_on_lite(lite):
     walk, _ = scripted_expert(lite, 5)
     for n in (1, 2):  # a results page, the item page
         ep = lite.reset(5, walk[:n])
-        assert envs.SEARCH_ACTION not in ep["admissible"]
+        assert webshop.SEARCH_ACTION not in ep["admissible"]
         assert lite.step(ep, "search[organic green tea]")
         assert ep["obs"].startswith("Back to Search [SEP] Page 1 (Total results: ") and ep["page"]["page"] == 1
         assert ep["page"]["results"] == lite.site.search("organic green tea")
@@ -134,9 +135,9 @@ def test_search_from_any_page_on_lite(lite):
 def test_same_seed_same_catalogue_goals_and_rewards():
     a, b, c = make_catalogue(5, 120), make_catalogue(5, 120), make_catalogue(6, 120)
     assert a == b and a != c
-    envs.lite_site.cache_clear()
+    webshop.lite_site.cache_clear()
     spec = dict(LITE, seed=5, products=120)
-    e1, e2 = WebShopEnv(spec), envs.LiteSite(5, 120)
+    e1, e2 = WebShopEnv(spec), webshop.LiteSite(5, 120)
     assert e1.site.search("organic green tea") == e2.search("organic green tea")
     walks = [scripted_expert(e1, i) for i in range(20)]
     assert walks == [scripted_expert(e1, i) for i in range(20)]
@@ -187,8 +188,8 @@ def test_lite_reward_a_wrong_size_never_wins(want, got):
     r, i = webshop_reward(goal, PRODUCT, [got])
     assert i["r_option"] == 0 and r == pytest.approx(0.75)
     assert webshop_reward(goal, PRODUCT, [want])[0] == 1.0
-    assert envs.fuzzy_ratio("24 pack", "size 12 pack") == 73 and envs.fuzzy_ratio("2 ounce", "size 8 ounce") == 83
-    assert envs.fuzzy_ratio("x-large", "size large") == 83
+    assert webshop.fuzzy_ratio("24 pack", "size 12 pack") == 73 and webshop.fuzzy_ratio("2 ounce", "size 8 ounce") == 83
+    assert webshop.fuzzy_ratio("x-large", "size large") == 83
 
 
 def test_lite_catalogue_has_no_wrong_option_that_wins():
@@ -208,8 +209,8 @@ def test_lite_catalogue_has_no_wrong_option_that_wins():
 
 def test_normalize_color_follows_webshops_substring_order():
     """WebShop's normalize.py returns the first word of an alphabetical colour list found as a substring."""
-    assert envs.normalize_color("navy blue") == "blue" and envs.normalize_color("olive green") == "green"
-    assert envs.normalize_color("dark grey") == "grey" and envs.normalize_color("6 pack") == "6 pack"
+    assert webshop.normalize_color("navy blue") == "blue" and webshop.normalize_color("olive green") == "green"
+    assert webshop.normalize_color("dark grey") == "grey" and webshop.normalize_color("6 pack") == "6 pack"
 
 
 def _item_page(env, i):
@@ -223,8 +224,8 @@ def test_lite_pages_read_like_webshops_text_mode(lite):
     the title with no mark on the chosen one, and get_available_actions lists the buttons before the option
     values; review_page.html has no reviews to show (the text env loads none); prices read as load_products
     writes them ('$' + the float, or '$a to $b' for a range)."""
-    assert envs.price_tag("$12.50 - $15.99") == "$12.5 to $15.99" and envs.price_tag("$18.00") == "$18.0"
-    assert envs.price_tag("") == "$100.0"
+    assert webshop.price_tag("$12.50 - $15.99") == "$12.5 to $15.99" and webshop.price_tag("$18.00") == "$18.0"
+    assert webshop.price_tag("") == "$100.0"
     ep = lite.reset(0)
     assert lite.step(ep, "search[organic green tea]")
     n, last = len(ep["page"]["results"]), -(-len(ep["page"]["results"]) // 10)
@@ -267,10 +268,10 @@ def _official_path(kind):
 def official(request):
     path = _official_path(request.param)
     sys.path.insert(0, path)
-    envs._OFFICIAL_SERVER.clear()
+    webshop._OFFICIAL_SERVER.clear()
     yield {"env": "webshop", "backend": "official", "seed": 0, "products": 0, "path": path, "max_steps": 6}
     sys.path.remove(path)
-    envs._OFFICIAL_SERVER.clear()
+    webshop._OFFICIAL_SERVER.clear()
     for m in [m for m in sys.modules if m.startswith("web_agent_site")]:
         del sys.modules[m]
 
@@ -338,7 +339,7 @@ def test_official_special_words_brackets_any_page_search(official):
     assert env.step(ep, "search[[green] tea]") and "Page 1 (Total results: " in ep["obs"]
     first = next(c for c in ep["clickables"] if c not in ("back to search", "next >", "< prev"))  # a product
     assert env.step(ep, f"click[{first}]")  # on its item page: no search bar
-    assert envs.SEARCH_ACTION not in ep["admissible"] and "Buy Now" in ep["obs"]
+    assert webshop.SEARCH_ACTION not in ep["admissible"] and "Buy Now" in ep["obs"]
     assert env.step(ep, "search[green tea]") and "Page 1 (Total results: " in ep["obs"]
 
 
@@ -451,23 +452,23 @@ def test_webshop_doctor_streams_the_product_file(tmp_path, monkeypatch):
     checkout = _layout(tmp_path / "WebShop")
     product_file = os.path.join(checkout, "data", "items_shuffle.json")
     for chunk in (1, 7, 64):
-        assert [p["asin"] for p in envs.iter_json_items(product_file, chunk)] == \
+        assert [p["asin"] for p in webshop.iter_json_items(product_file, chunk)] == \
             ASINS[:2] + ASINS[:1] + ASINS[2:] + ["nan"]
-    assert list(envs.iter_json_items(os.path.join(checkout, "data", "items_ins_v2.json"), 5)) == \
+    assert list(webshop.iter_json_items(os.path.join(checkout, "data", "items_ins_v2.json"), 5)) == \
         [(a, {"attributes": ["cotton"]}) for a in ASINS]
 
     def no_whole_load(*a, **k):
         raise AssertionError("json.load / json.loads of a whole data file")
     monkeypatch.setattr(json, "load", no_whole_load)
     monkeypatch.setattr(json, "loads", no_whole_load)
-    checks = {what: ok for ok, what, _ in envs.webshop_doctor(checkout)}
+    checks = {what: ok for ok, what, _ in webshop.webshop_doctor(checkout)}
     assert checks["5 products after WebShop's deduplication in data/items_shuffle.json"]
     assert checks["index documents 5 vs deduplicated products 5"]
 
 
 def test_bm25s_imports_without_numba_so_vllm_can_start():
-    """envs.import_bm25s: with numba loaded, vLLM 0.32's CPU engine start fails on llvmlite's wrapper objects."""
-    code = ("import sys, envs; s = envs.LiteSite(0, 50); assert s.search('organic tea') is not None; "
+    """webshop.import_bm25s: with numba loaded, vLLM 0.32's CPU engine start fails on llvmlite's wrapper objects."""
+    code = ("import sys, webshop; s = webshop.LiteSite(0, 50); assert s.search('organic tea') is not None; "
             "print('llvmlite' in sys.modules, 'numba' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(HERE), capture_output=True, text=True,
                        timeout=120)

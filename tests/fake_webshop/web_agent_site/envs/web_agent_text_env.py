@@ -6,7 +6,7 @@ import random
 import re
 import string
 
-import envs as g2  # this repo's envs.py (on sys.path in the tests): catalogue, pages, reward
+import webshop as g2  # this repo's webshop.py (on sys.path in the tests): catalogue, pages, reward
 
 
 class SimServer:
