@@ -1,7 +1,7 @@
 """One flat config for train.py, eval.py and bench.py (nanoGPT / CleanRL spirit).
 
 Every flag is a field of `Config` with a one-line help. A preset is a small Python file of
-assignments under config/ (cpu is the default; paper = SPEC §2 Table 5; released = SPEC §2.1).
+assignments under config/ (cpu is the default; paper = docs/method.md §2 Table 5; released = docs/method.md §2.1).
 Command-line flags override the preset:
 
     python train.py --preset paper --scheduler linear --steps 50
@@ -44,6 +44,7 @@ CHOICES = {
     "parallel": ["ddp", "fsdp"],
     "lr_schedule": ["cosine", "constant"],
     "old_logprobs": ["auto", "trainer", "engine"],
+    "vllm_log": ["quiet", "all"],
 }
 
 
@@ -66,6 +67,8 @@ class Config:
     engine: str = F("auto", "rollout engine: vllm | hf | auto (vllm when it imports)")
     vllm_mem: float = F(0.5, "vLLM gpu_memory_utilization (GPU only)")
     vllm_kv_gb: float = F(0.0, "vLLM KV cache size in GiB (GPU; overrides vllm_mem's sizing; 0 = use vllm_mem)")
+    vllm_log: str = F("quiet", "quiet: hide vLLM start-up notices that need no action (CPU build: tcmalloc, thread "
+                      "binding, Triton; rollout.VLLM_NOISE) | all: every vLLM message")
     vllm_sleep: bool = F(False, "put vLLM to sleep during the update to free GPU memory")
     mem_cap_gb: float = F(0.0, "GPU: cap this process's PyTorch allocations at N GiB (emulate a smaller card); 0 = off")
     grad_ckpt: bool = F(False, "gradient checkpointing in the policy")
@@ -94,7 +97,7 @@ class Config:
     constrained: bool = F(False, "constrain decoding to the admissible commands (CPU demo lever)")
     num_workers: int = F(2, "environment worker processes")
     temperature: float = F(1.0, "rollout sampling temperature")
-    # ---- scheduler (SPEC §2, §3, §4) ----
+    # ---- scheduler (docs/method.md §2, §3, §4) ----
     scheduler: str = F("g2", " | ".join(f"{k} ({r['help']})" for k, r in RULES.items()))
     fixed_ratio: float = F(0.5, "ratio for --scheduler fixed")
     ucb_c: float = F(0.1, "--scheduler g2_ucb: exploration bonus weight on the cluster centre")
@@ -122,7 +125,7 @@ class Config:
     hybrid_probe: bool = F(False, "one extra probe group for tasks whose last group was all-0 or all-1")
     max_probes: int = F(2, "binary search: at most this many probe groups per task")
     enum_grid: float = F(0.0, "enumeration: ratio grid step (0 = every action depth)")
-    # ---- optimisation (SPEC §2, Table 5) ----
+    # ---- optimisation (docs/method.md §2, Table 5) ----
     mode: str = F("grpo", "grpo (L_GRPO + eta L_aux) | aux_only (no L_GRPO) | sft_full | sft_prefix")
     steps: int = F(200, "training steps T")
     batch_tasks: int = F(16, "|B|: tasks per step (global, split across ranks)")

@@ -1,4 +1,5 @@
-"""Evaluation: the hint-free panel, the paper's diagnostic protocol (SPEC §6), the dynamics figure, and tables.
+"""Evaluation: the hint-free panel, the paper's diagnostic protocol (docs/method.md §6), the dynamics figure and
+tables.
 
     python eval.py panel --model CKPT [--split valid_unseen] [--games builtin|official] [--seeds 0 1 2] [--decode greedy|sampled]
     python eval.py panel --model CKPT --env webshop --split eval     # WebShop: success and score (100 x mean reward)
@@ -217,7 +218,7 @@ def panel(engine, pool, tok, tasks, cfg, seeds, temperature, path):
 
 
 # ---------------------------------------------------------------------------------------------
-# diagnose: the SPEC §6 protocol
+# diagnose: the docs/method.md §6 protocol
 # ---------------------------------------------------------------------------------------------
 def measure_curves(engine, pool, tok, tasks, cfg, grid, R, seed=0, chunk=64):
     """p_i(d) for every task and every depth ratio d of the grid, from R rollouts each (n = prefix_len(d, L); grid
@@ -362,7 +363,8 @@ def diagnose_plots(curves, prof, fit, rep, budget, outdir):
 
 
 def diagnose(engine, pool, tok, tasks, train_tasks, cfg, args, ckpt):
-    """SPEC §6 on one checkpoint: curves, d*, aligned profile + Gaussian fit, scheduler replay; JSON + PNGs."""
+    """docs/method.md §6 on one checkpoint: curves, d*, aligned profile + Gaussian fit, scheduler replay;
+    JSON + PNGs."""
     from bench import BUDGET, SCHEDULERS
     from scheduler import is_g2
     grid = [round(x, 4) for x in np.arange(0, 1 + 1e-9, args.grid)]
@@ -425,6 +427,22 @@ def run_summary(run, wall_s=None):
             "s_per_step": float(np.mean([r["t_step"] for r in steps])) if steps else float("nan"),
             "rollouts_per_step": float(np.mean([r["rollouts_played"] for r in steps])) if steps else float("nan"),
             "wall_s": wall_s, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def end_lines(summary, out_dir):
+    """The two lines a training run ends with: hint-free success at its first and last evaluation (greedy and
+    sampled on validation, greedy on the training panel), the wall time, where its files are and the command that
+    draws its figure. summary: run_summary's dict."""
+    ev = summary.get("evals") or [{"step": 0, "eval": {}}]
+    a, b = ev[0]["eval"], ev[-1]["eval"]
+    parts = [f"{name} {100 * a[k]:.1f}% -> {100 * b[k]:.1f}%" for k, name in
+             (("val", "validation greedy"), ("val_sampled", "sampled"), ("train_panel", "train panel greedy"))
+             if a.get(k) is not None and b.get(k) is not None]
+    wall = summary.get("wall_s")
+    return (f"[done] hint-free success, step {ev[0]['step']} -> {ev[-1]['step']}: " + (" | ".join(parts) or "no eval")
+            + (f" | wall {wall / 60:.1f} min" if wall else "") + "\n"
+            f"[done] files: {out_dir}/ (log.jsonl, summary.json, config.json, transcripts/, ckpt_*)  "
+            f"figure: python eval.py dynamics {out_dir} --out {os.path.join(out_dir, 'dynamics.png')}")
 
 
 def env_label(cfg):

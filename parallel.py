@@ -3,7 +3,7 @@ per-rank memory arithmetic of the GPU presets.
 
     ddp, rank, world, local_rank, device = init_distributed(use_cuda)   # torchrun env -> process group
     ctx = autocast(device, compute_dtype)                                 # bf16 forward over fp32 weights
-    python parallel.py memory                                             # the README's memory table
+    python parallel.py memory                                             # the memory table of docs/gpu.md
 
 Process groups: on CUDA, one group with two backends ("cpu:gloo,cuda:nccl"), so CPU tensors (step counts, stop
 flags, update sizes) and all_gather_object go over gloo and CUDA tensors (DDP/FSDP gradients) over NCCL. On CPU,
@@ -48,6 +48,14 @@ def local_first(fn, ddp, local_rank):
     if ddp and local_rank == 0:
         dist.barrier()
     return out
+
+
+def all_max(n, ddp):
+    """The largest int n over ranks (a CPU tensor: gloo); n itself without a process group."""
+    t = torch.tensor([n])
+    if ddp:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
 
 
 def compute_dtype(name, use_cuda):

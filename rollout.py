@@ -11,9 +11,11 @@ Each turn, every live episode of the batch generates in one engine call; finishe
 steps appear in the history exactly like the agent's own and count against max_steps.
 """
 import contextlib
+import logging
 import os
 import random
 import time
+import warnings
 
 import torch
 
@@ -28,7 +30,7 @@ PROMPT_TEXT = (
 
 
 # ----------------------------------------------------------------------------------------------
-# Prompt protocol (SPEC §7) and parsing
+# Prompt protocol (docs/method.md §7) and parsing
 # ----------------------------------------------------------------------------------------------
 def user_message(task, room, history, obs, admissible, step, cfg):
     """The single-turn user message for one decision. history: [(obs, action)], prefix steps included."""
@@ -215,12 +217,13 @@ class VLLMEngine:
     after the trie mask (TrieMask) and the temperature, i.e. of the distribution that was sampled."""
 
     def __init__(self, model_path, tok, seed=0, dtype="auto", max_model_len=4096, gpu_mem=0.5, sleep=False,
-                 constrained=True, kv_gb=0.0):
+                 constrained=True, kv_gb=0.0, quiet=True):
         import torch.distributed as dist
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-        quiet_vllm_reload()
+        if quiet:
+            quiet_vllm()
         kw, env = engine_kwargs(model_path, dtype, seed, max_model_len, gpu_mem, kv_gb, sleep, constrained,
                                 torch.cuda.is_available(), dist.is_available() and dist.is_initialized())
         for k, v in env.items():
@@ -229,7 +232,8 @@ class VLLMEngine:
                       "vLLM's V2 model runner (the CUDA default) accepts only its own interface")
             os.environ[k] = v
         from vllm import LLM
-        self.llm, self.tok, self.sleep, self.constrained = LLM(**kw), tok, kw["enable_sleep_mode"], constrained
+        self.llm, self.tok, self.sleep, self.constrained = LLM(**kw, use_tqdm_on_load=not quiet), tok, \
+            kw["enable_sleep_mode"], constrained
 
     def load_weights(self, named_tensors):
         sync_weights(self.llm, named_tensors)
@@ -317,23 +321,47 @@ def trie_mask_processor():
     return TrieMask
 
 
-def quiet_vllm_reload():
-    """vLLM 0.32's reload_weights logs 'RotaryEmbedding: Failed to load weights' at every sync. Harmless: the
-    layerwise reloader counts the rotary embedding's cos/sin cache as a loadable tensor, finds no checkpoint
-    weight for it (the cache is computed from the config, no checkpoint has it) and puts the existing cache back
-    unchanged. The per-step sync check (sync_err in log.jsonl) shows the synced engine scores like the trainer.
-    So this one line is kept off the console; everything else the reloader says passes through."""
-    import logging
+VLLM_NOISE = {  # logger -> starts of messages that ask nothing of a user of this repo (vLLM 0.32, CPU build)
+    "vllm.engine.arg_utils": ("The global random seed is set",),  # we seed on purpose, in-process
+    "vllm.config.vllm": ("Enforce eager set", "Inductor compilation was disabled", "Model Runner V2 requires Triton"),
+    "vllm.platforms.cpu": ("Triton is not installed", "Reset SSM cache type"),
+    "vllm.triton_utils.importing": ("Triton is installed, but doesn't include CPU backend",),
+    "vllm.v1.worker.cpu_worker": ("libtcmalloc is not found", "libiomp is not found",
+                                  "CPU backend doesn't allow to use `torch.set_num_threads`"),
+    # reload_weights, at every sync: the layerwise reloader counts the rotary embedding's cos/sin cache as a
+    # loadable tensor, finds no checkpoint weight for it (no checkpoint has it) and puts the cache back unchanged;
+    # the per-step sync check (sync_err in log.jsonl) shows the synced engine scores like the trainer
+    "vllm.model_executor.model_loader.reload.layerwise": ("RotaryEmbedding: Failed to load weights",),
+}
 
-    class _Drop(logging.Filter):
-        def filter(self, record):
-            return not record.getMessage().startswith("RotaryEmbedding: Failed to load weights")
-    logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(_Drop())
+
+class DropNotices(logging.Filter):
+    """A logging filter that drops records whose message starts with one of `starts`."""
+
+    def __init__(self, starts):
+        super().__init__()
+        self.starts = tuple(starts)
+
+    def filter(self, record):
+        return not record.getMessage().startswith(self.starts)
+
+
+def quiet_vllm():
+    """--vllm_log quiet (the default): drop the notices of VLLM_NOISE and vLLM's FutureWarnings; every other
+    warning passes through. Filters sit on the named loggers themselves, because vLLM replaces its handlers
+    (logging.config.dictConfig) when the engine is built. Idempotent. --vllm_log all: not called."""
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm\.")
+    for name, starts in VLLM_NOISE.items():
+        lg = logging.getLogger(name)
+        if not any(isinstance(f, DropNotices) and f.starts == starts for f in lg.filters):
+            lg.addFilter(DropNotices(starts))
 
 
 def make_engine(cfg, model_path, tok, device, seed):
     """--engine auto|vllm|hf. auto = vLLM when it imports."""
     name = cfg.engine
+    if cfg.vllm_log == "quiet":  # before vLLM's first import: some notices come with it
+        quiet_vllm()
     if name == "auto":
         try:
             import vllm  # noqa: F401
@@ -343,7 +371,7 @@ def make_engine(cfg, model_path, tok, device, seed):
     if name == "vllm":
         return VLLMEngine(model_path, tok, seed, "float32" if device == "cpu" else "bfloat16",
                           cfg.max_prompt_tokens + cfg.max_new_tokens, cfg.vllm_mem, cfg.vllm_sleep,
-                          cfg.constrained, cfg.vllm_kv_gb)
+                          cfg.constrained, cfg.vllm_kv_gb, cfg.vllm_log == "quiet")
     return HFEngine(model_path, tok, device, torch.float32 if device == "cpu" else torch.bfloat16)
 
 

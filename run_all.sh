@@ -11,9 +11,9 @@
 # the run directories elsewhere. At the end:
 # `python eval.py table` over the runs (one Markdown table per setting) and the dynamics figure of the main runs.
 # --cpu copies each finished run's summary.json to results/cpu/<run>/ (kilobytes), which the repo keeps, so
-# `python eval.py table results/cpu` rebuilds the README's toy table on any machine.
+# `python eval.py table results/cpu` rebuilds the README's toy table (docs/results.md §1) on any machine.
 #
-# Measured toy scale (2-core CPU, README "Toy-scale reproduction"): one 40-step --cpu run of the ALFWorld rows
+# Measured toy scale (2-core CPU, docs/results.md): one 40-step --cpu run of the ALFWorld rows
 # takes 14-28 minutes (GRPO 28 min, step decay 14 min, target-acc 28 min with the machine to itself; Agent-G² 22.5
 # / 24.2 min with some tests beside it) and up to ~48 minutes when other work shares the cores. Binary search (M=2)
 # plays ~60 probe rollouts per step on top of the 64 trained on and took 43-45 min. Enumeration probes every depth:
@@ -76,7 +76,7 @@ run() {  # run GROUP NAME FLAGS...: one grid entry for the current seed $s
 }
 
 for s in $SEEDS; do
-    # ---- main comparison (SPEC §3; paper Tables 1 and 2)
+    # ---- main comparison (docs/method.md §3; paper Tables 1 and 2)
     run main g2            --scheduler g2
     run main grpo          --scheduler none
     run main fixed         --scheduler fixed --fixed_ratio 0.5
@@ -86,7 +86,7 @@ for s in $SEEDS; do
     run main target_acc    --scheduler target_acc
     run main binary        --scheduler binary --max_probes 2
     run main enum          --scheduler enum
-    # ---- ablations (SPEC §4; paper Table 3)
+    # ---- ablations (docs/method.md §4; paper Table 3)
     run ablations no_sampling      --sampling none
     run ablations uniform          --sampling uniform
     run ablations no_adapt_centre  --lam 0
@@ -101,7 +101,7 @@ for s in $SEEDS; do
     # ---- SFT baselines
     run sft sft_full       --mode sft_full
     run sft sft_prefix     --mode sft_prefix
-    # ---- the authors' released-code variant (SPEC §2.1)
+    # ---- the authors' released-code variant (docs/method.md §2.1)
     if [ "$MODE" = gpu ]; then run released released --preset released; else run released released_rules \
         --lam 0.3 --cap 0.8 --mu_update deadband --stats_level traj --sigma_mode fixed --sigma_fixed 0.25 --K 5 \
         --cluster_mode balanced; fi
@@ -110,7 +110,7 @@ for s in $SEEDS; do
         run main g2_7b     --scheduler g2   --model Qwen/Qwen2.5-7B-Instruct --parallel fsdp
         run main grpo_7b   --scheduler none --model Qwen/Qwen2.5-7B-Instruct --parallel fsdp
     fi
-    # ---- WebShop (SPEC §5): the official environment on the GPU grid (WEBSHOP_PATH, `python envs.py
+    # ---- WebShop (docs/method.md §5): the official environment on the GPU grid (WEBSHOP_PATH, `python envs.py
     #      webshop-doctor`), max 15 steps; on the CPU the offline webshop-lite site (labelled so, never WebShop's)
     if [ "$MODE" = gpu ]; then WS=(--env webshop --webshop_backend official --max_steps 15); else WS=(--env webshop); fi
     run webshop ws_g2          "${WS[@]}" --scheduler g2

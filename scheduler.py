@@ -1,4 +1,4 @@
-"""Guidance-depth schedulers: Agent-G² (SPEC §2, §2.1), every baseline (§3) and ablation (§4).
+"""Guidance-depth schedulers: Agent-G² (docs/method.md §2, §2.1), every baseline (§3) and ablation (§4).
 
 Pure: no model, no environment. State in, depths out; stats in, state updated.
 
@@ -153,7 +153,7 @@ class Scheduler:
         self.step = 0  # the last step depths() was asked for
         self.n_updates = 0  # update() calls with a kept episode
 
-    # ---- Agent-G² per-task distribution (SPEC §2 step 2) ----
+    # ---- Agent-G² per-task distribution (docs/method.md §2 step 2) ----
     def mu_sigma(self, k, step=0):
         c = self.cfg
         mu_k = float(np.clip(self.mu_global + c.lam * (c.p_target - self.A[k]), 0.0, c.cap))
@@ -259,7 +259,7 @@ class Scheduler:
             spent += c.group_size
         return n, spent
 
-    # ---- feedback from the same batch (SPEC §2 step 5) ----
+    # ---- feedback from the same batch (docs/method.md §2 step 5) ----
     def update(self, task_ids, p_hat, flags=None):
         """p_hat[i]: mean success of task i's kept episodes, or None when it has none (every episode hit an
         environment error); flags[i] (optional): those episodes' 0/1 outcomes, [] when none. A task without a kept
@@ -362,7 +362,7 @@ class Scheduler:
                 setattr(self, key, v)
 
 
-# ---- the rules (SPEC §2, §3): one registered function each ----
+# ---- the rules (docs/method.md §2, §3): one registered function each ----
 @register("g2", "Agent-G²: per-cluster Gaussian ratio around mu_global + lam (p_target - A_k)", g2=True)
 def _g2(s, t, step):
     return s._prefix(s.sample_ratio(s.cluster[t["id"]], step), t)

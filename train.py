@@ -40,7 +40,7 @@ check_out_dir(cfg, clear=os.environ.get("RANK", "0") == "0")
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from parallel import autocast, compute_dtype, init_distributed, local_first  # noqa: E402
+from parallel import all_max, autocast, compute_dtype, init_distributed, local_first  # noqa: E402
 
 use_cuda = torch.cuda.is_available() and cfg.device != "cpu"
 ddp, rank, world, local_rank, device = init_distributed(use_cuda)  # LOCAL_RANK -> device, RANK -> data shard
@@ -49,10 +49,9 @@ if use_cuda and cfg.mem_cap_gb > 0:  # e.g. 80 on a 141 GB card: what an 80 GB c
     torch.cuda.set_per_process_memory_fraction(min(1.0, cfg.mem_cap_gb * 2**30 / torch.cuda.mem_get_info()[1]))
 dtype = compute_dtype(cfg.dtype, use_cuda)  # forward passes; the policy's master weights and AdamW stay fp32
 old_from_trainer = cfg.old_logprobs == "trainer" or (cfg.old_logprobs == "auto" and use_cuda)
-from grpo import (adamw_update_norm, agg_weights, logprob_mismatch, lr_at, policy_loss, row_advantages,  # noqa: E402
-                  tis_weights)
-from rollout import (Prober, group_successes, make_engine, merge, response_logprobs, rollout, seed_all,  # noqa: E402
-                     split_groups, sync_check)
+from grpo import adamw_update_norm, lr_at, row_advantages  # noqa: E402
+from learner import Learner  # noqa: E402
+from rollout import Prober, group_successes, make_engine, merge, rollout, seed_all, split_groups, sync_check  # noqa: E402
 
 seed_all(cfg.seed + rank)  # sampling differs per rank; data order and scheduler use cfg.seed on every rank
 
@@ -123,6 +122,7 @@ if fsdp:
     FULL = StateDictOptions(full_state_dict=True)
     FULL_CPU = StateDictOptions(full_state_dict=True, cpu_offload=True)  # checkpoints: gathered into rank 0's RAM
 prec = (lambda: contextlib.nullcontext()) if fsdp else (lambda: autocast(device, dtype))  # FSDP casts itself
+learn = Learner(cfg, model, ref, tok, device, world, ddp, fsdp, prec, old_from_trainer)  # the loss passes
 psum = [0.0]
 
 
@@ -136,104 +136,8 @@ def engine_weights():
         yield k, v
 
 
-DUMMY = {"prompt_ids": [tok.eos_token_id], "response_ids": [tok.eos_token_id]}
 # released code (--prefix_unit token): the ratio applies to the token length of the rendered "Step i: action" text
 tok_cum = {t["id"]: token_offsets(tok, t["walkthrough"]) for t in train_tasks} if cfg.prefix_unit == "token" else {}
-
-
-def token_logprobs(m, rows, entropy=False):  # the distribution the engine sampled: trie-restricted, at temperature
-    return response_logprobs(m, rows, tok.pad_token_id, device, cfg.temperature, entropy)
-
-
-def loss_terms(rows, aux, counts, ep_tok):
-    """Backward of this rank's share of L = L_GRPO + eta L_aux, one micro-batch at a time. The math is grpo.py's;
-    weights use global counts (tokens, rows, episodes, aux tokens over all ranks), so DDP's gradient average equals
-    the single-process loss on the global batch. Returns this rank's sums of the logged terms."""
-    parts = {"pg": 0.0, "kl": 0.0, "entropy": 0.0, "aux": 0.0, "clipped": 0.0, "ratio_dev": 0.0, "finite": 1.0}
-    use_pg = cfg.mode == "grpo" and rows
-    use_aux = cfg.mode != "grpo" or cfg.eta > 0
-    pg_mbs = micro_batches(rows) if use_pg else []
-    work = [("pg", mb) for mb in pg_mbs] + ([("aux", mb) for mb in micro_batches(aux)] if use_aux else [])
-    # every rank runs the same number of forward/backward passes (FSDP all-gathers in each; DDP reduces in the
-    # last): pad with zero-loss passes on a one-token dummy row
-    work += [("none", [DUMMY])] * (all_max(max(len(work), 1)) - len(work))
-    for j, (kind, mb) in enumerate(work):
-        ctx = model.no_sync() if (ddp and not fsdp and j < len(work) - 1) else contextlib.nullcontext()
-        with ctx:
-            with prec():  # bf16 compute over the fp32 weights
-                if kind == "none":
-                    loss = token_logprobs(model, mb)[0].sum() * 0.0
-                elif kind == "aux":  # teacher forcing on the expert prefix: -sum log pi(a*_t | s_t), token mean
-                    lp, m = token_logprobs(model, mb)
-                    w = cfg.eta if cfg.mode == "grpo" else 1.0  # aux_only / SFT: the NLL alone
-                    loss = -(lp * m).sum() / max(counts["aux_tokens"], 1) * w * world
-                    parts["aux"] += loss.item() / w / world  # = local sum / global count
-                else:
-                    lp, m, ent = token_logprobs(model, mb, True) if cfg.entropy_coef > 0 else \
-                        (*token_logprobs(model, mb), None)  # [b, T] each
-                    eng = padded(mb, "logprobs", lp)  # the engine's log-probs of the sampled tokens
-                    old = padded(mb, "old_lp", lp) if old_from_trainer else eng  # pi_old: before this batch's step
-                    tis = tis_weights(old, eng, cfg.tis_cap) if cfg.tis_cap > 0 else None
-                    rlp = None
-                    if ref is not None:
-                        with torch.no_grad():
-                            rlp = token_logprobs(ref, mb)[0]
-                    w = agg_weights(cfg.loss_agg, torch.tensor([len(r["response_ids"]) for r in mb]),
-                                    torch.tensor([ep_tok[r["eid"]] for r in mb]), counts["tokens"], counts["rows"],
-                                    counts["episodes"]).to(device)  # [b]
-                    adv = torch.tensor([r["adv"] for r in mb], device=device)  # [b]
-                    loss, st = policy_loss(lp, old, adv, m, w, cfg.clip_eps, rlp, cfg.kl_coef, tis, cfg.dual_clip,
-                                           ent, cfg.entropy_coef)
-                    loss = loss * world
-                    for k in ("pg", "kl", "entropy", "clipped"):
-                        parts[k] += st[k]
-                    parts["ratio_dev"] = max(parts["ratio_dev"], st["ratio_dev"])
-                if fsdp and ref is not None and kind != "pg":  # the sharded reference all-gathers in every pass,
-                    with torch.no_grad():  # after the policy as in a pg pass: the same collective order on all ranks
-                        token_logprobs(ref, [DUMMY])
-            if not torch.isfinite(loss):  # still backward (every rank joins the same reductions); no step follows
-                parts["finite"] = 0.0
-            loss.backward()
-    return parts
-
-
-def micro_batches(rows):  # sorted by length: less padding per micro-batch
-    rows = sorted(rows, key=lambda r: len(r["prompt_ids"]) + len(r["response_ids"]))
-    return [rows[i:i + cfg.micro_batch] for i in range(0, len(rows), cfg.micro_batch)]
-
-
-def all_max(n):  # the largest n over ranks (CPU tensor: gloo)
-    t = torch.tensor([n])
-    if ddp:
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return int(t.item())
-
-
-def padded(mb, key, like):  # per-row lists of per-token values -> [b, T] like the trainer's log-probs
-    out = torch.zeros_like(like)
-    for b, r in enumerate(mb):
-        out[b, :len(r[key])] = torch.as_tensor(r[key], dtype=out.dtype, device=device)
-    return out
-
-
-@torch.no_grad()
-def old_logprobs(rows):
-    """pi_old by the trainer, with the weights before this batch's first optimizer step (verl's convention:
-    the trainer recomputes old_log_prob, verl/trainer/ppo/ray_trainer.py). Scored in the same micro-batches as
-    the loss, so with one update per batch the ratio is exactly 1. Sets row["old_lp"]; returns the engine vs
-    trainer mismatch sums (|d| sum, |d| max, k3 sum, tokens) on this rank."""
-    mbs = micro_batches(rows)
-    mis = [0.0, 0.0, 0.0, 0.0]
-    for mb in mbs + [[DUMMY]] * ((all_max(len(mbs)) - len(mbs)) if fsdp else 0):  # FSDP: matched all-gathers
-        with prec():
-            lp, m = token_logprobs(model, mb)
-        if mb[0] is DUMMY:
-            continue
-        for b, r in enumerate(mb):
-            r["old_lp"] = lp[b, :len(r["response_ids"])].float().tolist()
-        s, mx, k3, n = logprob_mismatch(lp.float(), padded(mb, "logprobs", lp).float(), m)
-        mis = [mis[0] + s, max(mis[1], mx), mis[2] + k3, mis[3] + n]
-    return mis
 
 
 def update_size():
@@ -252,14 +156,14 @@ def update(rows, aux):
     own global counts (verl-agent's dp_actor: several optimizer steps per batch). pi_old is fixed for all of them
     before the first step. -> (logged parts, summed relative update size, mean grad norm; nan if any non-finite)."""
     per_rank = -(-cfg.ppo_mini_batch // world) if cfg.ppo_mini_batch else max(len(rows), 1)
-    n_mb = all_max(max(1, -(-len(rows) // per_rank)))  # every rank takes the same number of optimizer steps
+    n_mb = all_max(max(1, -(-len(rows) // per_rank)), ddp)  # every rank takes the same number of optimizer steps
     k_aux = -(-len(aux) // n_mb)
     mbs = [(rows[i * per_rank:(i + 1) * per_rank], aux[i * k_aux:(i + 1) * k_aux]) for i in range(n_mb)]
     # rows with zero advantage and no KL term carry no gradient: no forward pass (they still count in the means)
     keep = (lambda mb: mb) if ref is not None else (lambda mb: [r for r in mb if r["adv"] != 0.0])
     mis, mis_max = [0.0, 0.0, 0.0], 0.0  # engine vs trainer on the sampled tokens: sum |d|, sum k3, tokens; max |d|
     for mb, _ in mbs if old_from_trainer and cfg.mode == "grpo" else []:
-        s, mx, k3, n = old_logprobs(keep(mb))
+        s, mx, k3, n = learn.old_logprobs(keep(mb))
         mis, mis_max = [mis[0] + s, mis[1] + k3, mis[2] + n], max(mis_max, mx)
     tot = {"pg": 0.0, "kl": 0.0, "entropy": 0.0, "aux": 0.0, "clipped": 0.0}
     upd, gnorms, dev = 0.0, [], 0.0
@@ -273,8 +177,8 @@ def update(rows, aux):
             dist.all_reduce(c)
         counts = dict(zip(("tokens", "rows", "episodes", "aux_tokens"), c.tolist()))
         opt.zero_grad(set_to_none=fsdp or not ddp)  # DDP: keep the gradients as views of its reduction buckets
-        parts = loss_terms(keep(mb), amb, counts, ep_tok)
-        finite = all_max(int(parts.pop("finite") < 1)) == 0
+        parts = learn.loss_terms(keep(mb), amb, counts, ep_tok)
+        finite = all_max(int(parts.pop("finite") < 1), ddp) == 0
         dev = max(dev, parts.pop("ratio_dev"))
         for k in tot:
             tot[k] += parts[k]
@@ -455,7 +359,7 @@ for step in bar:
     engine.sleep_mode(False)
     engine.load_weights(engine_weights())
     t_sync = time.time() - t3
-    sync_err = sync_check(engine, model, (rows or out["aux"] or [DUMMY])[0], tok.pad_token_id, device, cfg, step,
+    sync_err = sync_check(engine, model, (rows or out["aux"] or [learn.DUMMY])[0], tok.pad_token_id, device, cfg, step,
                           prec)
     # cross-rank consistency: every rank must hold the same weights and scheduler state
     consist = gather((psum[0], json.dumps(sched.state_dict(), sort_keys=True)))
@@ -502,7 +406,7 @@ for step in bar:
     # 7. evaluation and checkpoints
     if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
         run_eval(step + 1)
-    stopped = all_max(int(stop["flag"])) > 0  # a signal to any rank stops every rank after the same step
+    stopped = all_max(int(stop["flag"]), ddp) > 0  # a signal to any rank stops every rank after the same step
     if stopped or (cfg.ckpt_every and (step + 1) % cfg.ckpt_every == 0) or step + 1 == cfg.steps:
         save_checkpoint(step + 1, "signal" if stopped else "periodic")
     if stopped:
@@ -512,9 +416,10 @@ for step in bar:
 if not stopped:  # the all-reduced decision: a signal arriving after it changes nothing on any rank
     run_eval(cfg.steps)
     if master:  # the run's small record: what run_all.sh keeps and `eval.py table` reads
-        from eval import run_summary
+        from eval import end_lines, run_summary
         summary = {k: v for k, v in run_summary(cfg.out_dir, wall_s=time.time() - t_start).items() if k != "run"}
         json.dump(summary, open(os.path.join(cfg.out_dir, "summary.json"), "w"), indent=1, default=_jsonable)
+        print(end_lines(summary, cfg.out_dir))
 pool.close()
 if master:
     log.close()

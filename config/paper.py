@@ -1,4 +1,4 @@
-# Paper preset: SPEC §2, Table 5 (shared by ALFWorld and WebShop), Qwen2.5-1.5B-Instruct on 8 GPUs.
+# Paper preset: docs/method.md §2, Table 5 (shared by ALFWorld and WebShop), Qwen2.5-1.5B-Instruct on 8 GPUs.
 # $ torchrun --standalone --nproc_per_node=8 train.py --preset paper
 # 7B: add --model Qwen/Qwen2.5-7B-Instruct --parallel fsdp (plain DDP + AdamW does not fit 80 GB).
 out_dir = "runs/paper"

@@ -1,4 +1,4 @@
-# Released-code preset: SPEC §2.1, what the authors' public (verl-agent based) code does.
+# Released-code preset: docs/method.md §2.1, what the authors' public (verl-agent based) code does.
 # $ torchrun --standalone --nproc_per_node=8 train.py --preset released
 out_dir = "runs/released"
 model = "Qwen/Qwen2.5-1.5B-Instruct"

@@ -222,3 +222,19 @@ def test_table_groups_methods_and_refuses_to_mix_settings(tmp_path):
     assert "| grpo | 1 | 10.0 ± 0.0 |" in md and "note:" not in md
     md = table(runs + [run("paper/s0", 0, "g2", preset="paper")])
     assert md.startswith("note: these runs come from 2 different") and md.count("| method |") == 2
+
+
+def test_end_lines_report_first_and_last_eval():
+    from eval import end_lines
+    s = {"evals": [{"step": 0, "eval": {"val": 0.125, "val_sampled": 0.0625, "train_panel": 0.25}},
+                   {"step": 20, "eval": {"val": 0.25, "val_sampled": 0.0625, "train_panel": 0.5}},
+                   {"step": 40, "eval": {"val": 0.3125, "val_sampled": 0.1875, "train_panel": 0.75}}],
+         "wall_s": 1446.0}
+    first, second = end_lines(s, "runs/cpu").split("\n")
+    assert first == ("[done] hint-free success, step 0 -> 40: validation greedy 12.5% -> 31.2% | "
+                     "sampled 6.2% -> 18.8% | train panel greedy 25.0% -> 75.0% | wall 24.1 min")
+    assert second.startswith("[done] files: runs/cpu/ (")
+    assert second.endswith("figure: python eval.py dynamics runs/cpu --out runs/cpu/dynamics.png")
+    # a set missing from an eval is left out rather than printed as 0
+    s = {"evals": [{"step": 0, "eval": {"val": 0.5}}, {"step": 2, "eval": {"val": 0.5, "train_panel": 1.0}}]}
+    assert end_lines(s, "r").split("\n")[0] == "[done] hint-free success, step 0 -> 2: validation greedy 50.0% -> 50.0%"

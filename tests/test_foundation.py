@@ -42,7 +42,7 @@ def test_presets_load_and_override():
     r = get_config(["--preset", "released", "--steps", "7"])
     assert (r.lam, r.cap, r.K, r.cluster_mode, r.mu_update, r.stats_level, r.prefix_unit, r.steps) == \
         (0.3, 0.8, 5, "balanced", "deadband", "traj", "token", 7)
-    assert (r.reward_scale, r.invalid_penalty) == (10.0, 0.1)  # SPEC: 10 x won, 0.1 per invalid action
+    assert (r.reward_scale, r.invalid_penalty) == (10.0, 0.1)  # docs/method.md §2.1: 10 x won, 0.1 per invalid action
     assert get_config([]).preset == "cpu"
 
 

@@ -236,3 +236,30 @@ def test_expert_targets_follow_the_constrained_paths(tiny):
         assert tok.decode(ids, skip_special_tokens=True) == expert_reply(action) and ids[-1] == tok.eos_token_id
         opts = trie_options(ids, choice_ids(tok, cmds))
         assert all(o is None or t in o for o, t in zip(opts, ids)), action
+
+
+def test_quiet_vllm_drops_only_the_listed_notices():
+    """--vllm_log quiet: the CPU build's start-up notices are dropped at their own loggers; any other warning of
+    the same logger, and every message of other loggers, still passes."""
+    import logging
+
+    from rollout import VLLM_NOISE, quiet_vllm
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+    name = "vllm.v1.worker.cpu_worker"
+    lg, h = logging.getLogger(name), Keep()
+    lg.addHandler(h)
+    try:
+        quiet_vllm()
+        quiet_vllm()  # idempotent: one filter per logger
+        assert sum(type(f).__name__ == "DropNotices" for f in lg.filters) == 1
+        lg.warning("libtcmalloc is not found in LD_PRELOAD. For best performance ...")
+        lg.warning("CPU backend doesn't allow to use `torch.set_num_threads` after the thread binding, skip it.")
+        lg.warning("Not enough KV cache: 3 blocks")
+        assert seen == ["Not enough KV cache: 3 blocks"]
+        assert "libtcmalloc is not found" in VLLM_NOISE[name]
+    finally:
+        lg.removeHandler(h)

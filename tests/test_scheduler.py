@@ -1,4 +1,4 @@
-"""Unit tests for every scheduler formula (SPEC §2-§4). Pure numpy, runs in a second."""
+"""Unit tests for every scheduler formula (docs/method.md §2-§4). Pure numpy, runs in a second."""
 import dataclasses
 import json
 import math

@@ -45,8 +45,12 @@ def weights(path):
 def test_a_couple_of_steps(tmp_path, sched, extra):
     from tiny import tiny_path
     from config import cache_dir
-    train(tmp_path, "--steps", "2", "--scheduler", sched, "--ckpt_every", "0", *extra)
+    log = train(tmp_path, "--steps", "2", "--scheduler", sched, "--ckpt_every", "0", *extra)
     recs = records(tmp_path)
+    assert "[done] hint-free success, step 0 -> 2: validation greedy" in log  # the run's closing summary
+    assert f"figure: python eval.py dynamics {tmp_path}" in log
+    if extra == []:  # vLLM (CPU build): its start-up notices are filtered (--vllm_log quiet, the default)
+        assert "libtcmalloc" not in log and "set_num_threads" not in log
     assert [r["step"] for r in recs] == [0, 1]
     for r in recs:
         assert all(r[k] == r[k] and abs(r[k]) < 1e4 for k in ("pg", "aux", "grad_norm"))  # finite
