@@ -16,7 +16,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from scheduler import RULES  # numpy + math only: the scheduler names and their help come from the registry
+from scheduler import KNOBS, RULES  # numpy + math only: the scheduler names and their help come from the registry
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PRESET_DIR = os.path.join(HERE, "config")
@@ -100,7 +100,6 @@ class Config:
     # ---- scheduler (docs/method.md §2, §3, §4) ----
     scheduler: str = F("g2", " | ".join(f"{k} ({r['help']})" for k, r in RULES.items()))
     fixed_ratio: float = F(0.5, "ratio for --scheduler fixed")
-    ucb_c: float = F(0.1, "--scheduler g2_ucb: exploration bonus weight on the cluster centre")
     step_every: int = F(50, "step decay: one expert action fewer every this many steps")
     K: int = F(3, "number of task clusters")
     cluster_mode: str = F("quantile", "quantile (paper) | balanced (released) | random | online")
@@ -158,6 +157,10 @@ class Config:
     ckpt_every: int = F(50, "checkpoint every this many steps (0 = only at the end)")
     keep_ckpts: int = F(2, "keep this many newest checkpoints (0: all)")
     overwrite: bool = F(False, "out_dir already holds a run: clear its checkpoints, log and summary first")
+
+
+# the schedulers' own knobs (scheduler.register(..., knobs=)) are fields like any other: flags, presets, config.json
+Config = dataclasses.make_dataclass("Config", [(k, type(d), F(d, h)) for k, (d, h) in KNOBS.items()], bases=(Config,))
 
 
 def defaults():

@@ -24,14 +24,17 @@ from itertools import combinations
 import numpy as np
 
 RULES = {}  # name -> {"fn", "probe", "g2", "help"}: the one list of schedulers (config.py's choices come from it)
+KNOBS = {}  # flag name -> (default, help): the rules' own config fields (config.py adds them to Config)
 
 
-def register(name, help, probe=False, g2=False):
+def register(name, help, probe=False, g2=False, knobs=None):
     """Add a depth rule. probe=False: fn(sched, task, step) -> prefix steps n for one task.
     probe=True: fn(sched, tasks, step, probe) -> (n list, extra probe rollouts). g2=True: an Agent-G²-family rule
-    (hybrid probe, checkpoint-state replay in eval.py diagnose)."""
+    (hybrid probe, checkpoint-state replay in eval.py diagnose). knobs: {flag: (default, help)}, new config fields
+    (flags, presets, config.json) that the rule reads as s.cfg.<flag>."""
     def deco(fn):
         RULES[name] = {"fn": fn, "probe": probe, "g2": g2, "help": help}
+        KNOBS.update(knobs or {})
         return fn
     return deco
 
@@ -369,7 +372,7 @@ def _g2(s, t, step):
 
 
 @register("g2_ucb", "Agent-G² with an exploration bonus on the centre: mu_k + ucb_c sqrt(log(t+1) / (n_k+1))",
-          g2=True)
+          g2=True, knobs={"ucb_c": (0.1, "--scheduler g2_ucb: exploration bonus weight on the cluster centre")})
 def _g2_ucb(s, t, step):
     k = s.cluster[t["id"]]
     mu, sigma = s.mu_sigma(k, step)

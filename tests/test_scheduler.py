@@ -497,3 +497,12 @@ def test_bench_sched_only_simulates_one_rule_beside_g2():
     bad = subprocess.run([sys.executable, "bench.py", "sched", "--only", "nope"], cwd=root, capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode != 0 and "no scheduler 'nope'" in bad.stderr
+
+
+def test_a_rule_brings_its_own_flag():
+    """g2_ucb's knob is declared in its register() call alone: config.py turns it into a field and a flag."""
+    import config
+    from scheduler import KNOBS
+    assert KNOBS["ucb_c"][0] == 0.1 and config.Config().ucb_c == 0.1
+    assert config.get_config(["--scheduler", "g2_ucb", "--ucb_c", "0.3"]).ucb_c == 0.3
+    assert "ucb_c" not in open(config.__file__).read()
