@@ -3,7 +3,7 @@
     out_dir/ckpt_000020/   config.json, generation_config.json, model.safetensors, tokenizer files
                            (a plain HF checkpoint: loads in transformers and vLLM)
                            trainer.pt   {"opt": optimizer state, "rng": [per-rank python/numpy/torch RNG states]}
-                           state.json   {"step", "reason", "sched", "redraws", "wall_s" (seconds so far, all sittings)}
+                           state.json   {"step", "reason", "sched", "redraws", "wall_s" (seconds so far, over every resumed process)}
                            config.json.run (the run's full flag set), COMPLETE (written last)
 
     python train.py --resume auto            # the newest complete checkpoint in --out_dir
@@ -67,7 +67,7 @@ def latest(d):
 
 
 def trim_log(path, step, final=False):
-    """On resume at `step`: drop what a crashed sitting logged past its last checkpoint, so no step is logged twice.
+    """On resume at `step`: drop what a crashed process logged past its last checkpoint, so no step is logged twice.
     Kept, verbatim: training records of steps < step, and the eval at `step`, which precedes its checkpoint unless
     that checkpoint is the run's last (final=True: train.py evaluates after it, and will again)."""
     if not os.path.exists(path):

@@ -18,7 +18,7 @@
 # / 24.2 min with some tests beside it) and up to ~48 minutes when other work shares the cores. Binary search (M=2)
 # plays ~60 probe rollouts per step on top of the 64 trained on and took 43-45 min. Enumeration probes every depth:
 # both seeds played 478 rollouts per step for the 64 trained on, at 194 and 189 s/step (2.1-2.2 h for 40). 48 runs
-# x ~25 min is ~20 hours before enumeration: the --cpu grid is meant to be completed across sittings (it resumes).
+# x ~25 min is ~20 hours before enumeration: the --cpu grid resumes, so it can be run in parts.
 # --cpu --smoke (CI): 24 one-step runs at --max_steps 15 (the policy acts after the hint), 189 s for the whole
 # test (grid + resume check, 2-core CPU, 2026-12-01); 337 s measured earlier at --max_steps 4.
 set -euo pipefail
@@ -112,7 +112,8 @@ for s in $SEEDS; do
     fi
     # ---- WebShop (docs/method.md §5): the official environment on the GPU grid (WEBSHOP_PATH, `python envs.py
     #      webshop-doctor`), max 15 steps; on the CPU the offline webshop-lite site (labelled so, never WebShop's)
-    if [ "$MODE" = gpu ]; then WS=(--env webshop --webshop_backend official --max_steps 15); else WS=(--env webshop); fi
+    #      from its own SFT base (config/cpu_webshop.py; the later --preset wins)
+    if [ "$MODE" = gpu ]; then WS=(--env webshop --webshop_backend official --max_steps 15); else WS=(--preset cpu_webshop); fi
     run webshop ws_g2          "${WS[@]}" --scheduler g2
     run webshop ws_grpo        "${WS[@]}" --scheduler none
     if [ "$MODE" = gpu ]; then

@@ -232,7 +232,7 @@ if cfg.resume:
     ckpt.set_rng_state(tr["rng"][rank] if rank < len(tr["rng"]) else tr["rng"][0])
     sched.load_state_dict(st["sched"])
     start_step, redraws, log_mode = st["step"], st["redraws"], "a"
-    t_start -= st.get("wall_s", 0.0)  # summary.json's wall_s: every sitting up to its last checkpoint, summed
+    t_start -= st.get("wall_s", 0.0)  # summary.json's wall_s: every process of the run up to its last checkpoint, summed
     engine.load_weights(engine_weights())
     if master:
         print(f"[resume] {path}: continuing at step {start_step}")

@@ -1,6 +1,6 @@
 """ckpt.py on a tiny random Qwen2: the directory loads back in transformers with the same weights (tied head
 included), the optimizer/RNG/scheduler state round-trips, only complete checkpoints are found, old ones are
-pruned, a crashed sitting's log tail is trimmed on resume, and --resume without a checkpoint exits with a one-line
+pruned, a crashed process's log tail is trimmed on resume, and --resume without a checkpoint exits with a one-line
 error. train.py's resume run is in test_train."""
 import os
 import random
@@ -91,7 +91,7 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
 
 
 def test_trim_log_drops_what_a_crash_logged_past_the_checkpoint(tmp_path):
-    # A sitting checkpointed at step 4 (after its step-4 eval), logged steps 4 and 5 and an eval at 6, then crashed.
+    # A process checkpointed at step 4 (after its step-4 eval), logged steps 4 and 5 and an eval at 6, then crashed.
     # Resuming at step 4 must leave steps 0..3 and the evals at 0 and 4, once each, in order.
     import json
     log = tmp_path / "log.jsonl"

@@ -76,7 +76,7 @@ def test_cpu_smoke_grid_gives_every_entry_its_step(tmp_path):
         steps = [json.loads(x) for x in open(d / "log.jsonl") if '"eval"' not in x]
         assert [r["step"] for r in steps] == [0], n
         summary = json.load(open(d / "summary.json"))
-        assert summary["steps"] == 1 and summary["cfg"]["preset"] == "cpu", n
+        assert summary["steps"] == 1 and summary["cfg"]["preset"] == ("cpu_webshop" if n.startswith("ws_") else "cpu"), n
         assert summary["cfg"]["env"] == ("webshop" if n.startswith("ws_") else "alfworld"), n
         assert set(stats_keys) <= set(steps[0]), n  # train.py logs the scheduler's stats() whole
         if summary["cfg"]["mode"] not in ("sft_full", "sft_prefix"):  # SFT plays no rollout

@@ -225,11 +225,11 @@ def test_resume_continues_like_an_uninterrupted_run(tmp_path):
     state_path = tmp_path / "cut" / ckpts[0] / "state.json"
     state = json.load(open(state_path))
     assert state["wall_s"] > 0
-    state["wall_s"] = 1e4  # a sentinel first sitting: only a run that adds it can report more than 1e4 s
+    state["wall_s"] = 1e4  # a sentinel first process: only a run that adds it can report more than 1e4 s
     json.dump(state, open(state_path, "w"))
     t1 = time.time()
     train(tmp_path / "cut", *common, "--resume", "auto")
-    wall = json.load(open(tmp_path / "cut" / "summary.json"))["wall_s"]  # both sittings, not just the last
+    wall = json.load(open(tmp_path / "cut" / "summary.json"))["wall_s"]  # both processes, not just the last
     assert 1e4 < wall < 1e4 + (time.time() - t1)
     full, cut = records(tmp_path / "full"), records(tmp_path / "cut")
     assert [r["step"] for r in cut] == list(range(4))
