@@ -210,6 +210,25 @@ def bench_env(args):
             ts.append(time.time() - t0)
         res[f"prefix_{n}_ms"] = np.mean(ts) * 1e3
         print(f"  n = {n:2d}: {np.mean(ts) * 1e3:7.1f}")
+    print(f"\na group's start: R = 8 episodes of one game ({t['L']} expert steps) reset after an n-step expert prefix, "
+          "then one step and close; one worker, ms:")
+    for n in (2, 4, 8, 12):
+        row = []
+        for fork in (False, True):  # R replays of the prefix | one replay, then R - 1 forks of the worker
+            pool = EnvPool(1, {"env": "alfworld", "fork_prefix": fork})
+            pool.run([("reset", e, t["gamefile"], []) for e in range(8)])  # warm: 8 engines with the game loaded
+            pool.run([("close", e) for e in range(8)])
+            ts = []
+            for _ in range(3):
+                t0 = time.time()
+                pool.run([("reset", e, t["gamefile"], t["walkthrough"][:n]) for e in range(8)])
+                pool.run([("step", e, t["walkthrough"][n]) for e in range(8)])
+                pool.run([("close", e) for e in range(8)])
+                ts.append(time.time() - t0)
+            pool.close()
+            row.append(np.mean(ts) * 1e3)
+        res[f"group_start_{n}_ms"] = {"replayed": row[0], "forked": row[1]}
+        print(f"  n = {n:2d}: replayed {row[0]:7.1f}   forked {row[1]:7.1f}")
     print("\npool throughput: 32 episodes (4 tasks x 8), random admissible actions, 8 turns:")
     rng = np.random.default_rng(0)
     for w in (1, 2):

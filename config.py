@@ -96,6 +96,8 @@ class Config:
     invalid_penalty: float = F(0.0, "reward penalty per invalid step (released code: 0.1)")
     constrained: bool = F(False, "constrain decoding to the admissible commands (CPU demo lever)")
     num_workers: int = F(2, "environment worker processes")
+    fork_prefix: bool = F(True, "ALFWorld: the R rollouts of a group share one replay of the expert prefix (the env "
+                          "worker forks after it) instead of R replays: the same episodes, less env time")
     temperature: float = F(1.0, "rollout sampling temperature")
     # ---- scheduler (docs/method.md §2, §3, §4) ----
     scheduler: str = F("g2", " | ".join(f"{k} ({r['help']})" for k, r in RULES.items()))

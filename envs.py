@@ -20,6 +20,7 @@ loads both). Engine facts this file works around (each in one small function):
 import argparse
 import collections
 import functools
+import gc
 import json
 import os
 import socket
@@ -160,27 +161,99 @@ def make_env(spec):
     raise ValueError(f"unknown env {spec['env']!r} (alfworld | webshop)")
 
 
+def _step_result(env, ep, action):
+    valid = env.step(ep, action)
+    return {"ok": True, "valid": valid, "obs": ep["obs"], "admissible": ep["admissible"], "won": ep["won"],
+            "score": ep.get("score", float(ep["won"])), "done": ep.get("done", ep["won"])}  # WebShop: a purchase ends
+
+
+def _error(e):
+    return {"ok": False, "error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}
+
+
+def _fork_episode(env, ep, close):
+    """-> (pid, Connection) of a child process that plays one episode on its copy of `env`, whose engine already
+    holds the replayed expert prefix: os.fork is the one way to copy the engine's state, which lives in a C library
+    (get_state, no set_state). `close`: the parent's connections, which the child must not hold open."""
+    a, b = socket.socketpair()
+    pid = os.fork()
+    if pid:
+        b.close()
+        return pid, Connection(a.detach())
+    try:  # the child: one episode, then exit without running the parent's cleanup
+        a.close()
+        for c in close:
+            c.close()
+        gc.disable()  # a short life: no collection passes that would copy every page of the parent's heap
+        kid = Connection(b.detach())
+        while True:
+            try:
+                action = kid.recv()
+            except EOFError:
+                break
+            if action is None:
+                break
+            try:
+                kid.send(_step_result(env, ep, action))
+            except Exception as e:
+                kid.send(_error(e))
+    finally:
+        os._exit(0)
+
+
 def _worker(conn, spec):
-    """Holds engine objects (one per concurrent episode, reused) and the episodes' Python state."""
+    """Holds engine objects (one per concurrent episode, reused) and the episodes' Python state. With
+    spec["fork_prefix"], the R resets of a group (one game, one prefix, in one batch) replay the prefix once: the
+    other R - 1 episodes are forked children of the first, right after its reset (_fork_episode)."""
     envs, free, eps = [], [], {}  # eps: episode id -> (env index, episode dict)
+    kids = {}  # episode id -> (pid, Connection): forked episodes
+    fork = spec.get("fork_prefix", False)
+
+    def end_kid(eid):
+        pid, c = kids.pop(eid)
+        try:
+            c.send(None)
+        except OSError:
+            pass
+        c.close()
+        os.waitpid(pid, 0)
     while True:
         try:
             msg = conn.recv()
         except EOFError:
-            return
+            msg = None
         if msg is None:
+            for eid in list(kids):
+                end_kid(eid)
             return
-        out = []
-        for req in msg:
+        out = [None] * len(msg)
+        sent = [j for j, req in enumerate(msg) if req[0] == "step" and req[1] in kids]
+        for j in sent:  # forked episodes play their steps while this process plays its own
+            try:
+                kids[msg[j][1]][1].send(msg[j][2])
+            except OSError:
+                out[j] = {"ok": False, "error": "episode process lost; episode lost"}
+        first = {}  # (gamefile, prefix) -> the episode of this batch that replayed it and has not stepped since
+        for j, req in enumerate(msg):
+            if j in sent:
+                continue
             try:
                 if req[0] == "reset":
                     _, eid, gamefile, prefix = req
+                    if eid in kids:
+                        end_kid(eid)
                     if eid in eps:
                         free.append(eps.pop(eid)[0])
+                    key = (gamefile, tuple(prefix))
+                    if fork and prefix and first.get(key) in eps:
+                        i, ep = eps[first[key]]
+                        kids[eid] = _fork_episode(envs[i], ep, [conn] + [c for _, c in kids.values()])
+                        out[j] = {"ok": True, **ep}
+                        continue
                     if not free:
                         envs.append(make_env(spec))
                         free.append(len(envs) - 1)
-                    same = [j for j in free if envs[j].gamefile == gamefile]  # skip the load when possible
+                    same = [k for k in free if envs[k].gamefile == gamefile]  # skip the load when possible
                     i = same[-1] if same else free[-1]
                     free.remove(i)
                     try:
@@ -188,25 +261,31 @@ def _worker(conn, spec):
                     except Exception:
                         free.append(i)
                         raise
-                    eps[eid] = (i, ep)
-                    out.append({"ok": True, **ep})
+                    eps[eid], first[key] = (i, ep), eid
+                    out[j] = {"ok": True, **ep}
                 elif req[0] == "step":
                     _, eid, action = req
+                    first = {k: v for k, v in first.items() if v != eid}  # its state has moved on
                     i, ep = eps[eid]
-                    valid = envs[i].step(ep, action)
-                    out.append({"ok": True, "valid": valid, "obs": ep["obs"], "admissible": ep["admissible"],
-                                "won": ep["won"], "score": ep.get("score", float(ep["won"])),
-                                "done": ep.get("done", ep["won"])})  # WebShop: any purchase ends the episode
+                    out[j] = _step_result(envs[i], ep, action)
                 elif req[0] == "close":
-                    if req[1] in eps:  # the engine keeps its game loaded for the next episode of it
+                    if req[1] in kids:
+                        end_kid(req[1])
+                    elif req[1] in eps:  # the engine keeps its game loaded for the next episode of it
                         free.append(eps.pop(req[1])[0])
-                    out.append({"ok": True})
+                    out[j] = {"ok": True}
                 elif req[0] == "crash":  # test hook: die like a segfaulting engine would
                     os._exit(3)
                 else:
                     raise ValueError(f"unknown request {req[0]!r}")
             except Exception as e:
-                out.append({"ok": False, "error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()})
+                out[j] = _error(e)
+        for j in sent:
+            if out[j] is None:
+                try:
+                    out[j] = kids[msg[j][1]][1].recv()
+                except (EOFError, OSError):
+                    out[j] = {"ok": False, "error": "episode process died; episode lost"}
         conn.send(out)
 
 
@@ -290,7 +369,7 @@ def env_spec(cfg):
         return {"env": "webshop", "backend": cfg.webshop_backend, "seed": cfg.webshop_seed,
                 "products": cfg.webshop_products, "path": os.environ.get("WEBSHOP_PATH", ""),
                 "max_steps": cfg.max_steps, "split": cfg.webshop_split}
-    return {"env": "alfworld"}
+    return {"env": "alfworld", "fork_prefix": cfg.fork_prefix}
 
 
 def tasks_for(cfg, split, verbose=False):

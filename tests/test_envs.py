@@ -51,6 +51,73 @@ def test_prefix_reset_equals_manual_steps():
         assert task_text(b["history"][0][0]) and "Your task" not in room_text(b["history"][0][0])
 
 
+def children(pid):
+    """Live (not zombie) child processes of pid, from /proc."""
+    out = []
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            st = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(st[1]) == pid and st[0] != "Z":
+            out.append(int(d))
+    return out
+
+
+def zombies(pid):
+    out = []
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            st = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(st[1]) == pid and st[0] == "Z":
+            out.append(int(d))
+    return out
+
+
+def test_forked_group_plays_like_replayed_episodes():
+    """fork_prefix: a group's prefix is replayed once and the other episodes are forked children; every episode
+    must see what R separate replays see, step by step (the remaining walkthrough wins, a wrong action does not
+    leak into a sibling), and closing the group leaves no child process behind."""
+    t = next(t for t in load_tasks("train") if t["L"] >= 5)
+    n, R = 2, 4
+    pools = {f: EnvPool(1, {"env": "alfworld", "fork_prefix": f}) for f in (True, False)}
+    try:
+        got = {}
+        for f, p in pools.items():
+            res = [p.run([("reset", e, t["gamefile"], t["walkthrough"][:n]) for e in range(R)])]
+            assert len(children(p.procs[0].pid)) == (R - 1 if f else 0)  # the fork path was taken (or not)
+            for a in t["walkthrough"][n:]:  # episode 1 goes astray once; the others follow the expert
+                res.append(p.run([("step", e, "go to moon 1" if e == 1 and a == t["walkthrough"][n] else a)
+                                  for e in range(R)]))
+            got[f] = [[(r["obs"], r["admissible"], r.get("won")) for r in step] for step in res]
+            assert all(r["ok"] for step in res for r in step)
+            p.run([("close", e) for e in range(R)])
+            assert children(p.procs[0].pid) == [] and zombies(p.procs[0].pid) == []
+        assert got[True] == got[False]
+        assert [r[2] for r in got[True][-1]] == [True, False, True, True]  # episode 1 is a step behind
+    finally:
+        for p in pools.values():
+            p.close()
+
+
+def test_a_dead_forked_episode_is_one_lost_episode():
+    t = next(t for t in load_tasks("train") if t["L"] >= 4)
+    p = EnvPool(1, {"env": "alfworld", "fork_prefix": True})
+    try:
+        p.run([("reset", e, t["gamefile"], t["walkthrough"][:2]) for e in range(3)])
+        kids = sorted(children(p.procs[0].pid))
+        os.kill(kids[0], 9)  # the first fork serves episode 1
+        res = p.run([("step", e, t["walkthrough"][2]) for e in range(3)])
+        assert [r["ok"] for r in res] == [True, False, True] and "episode lost" in res[1]["error"]
+        p.run([("close", e) for e in range(3)])
+        assert children(p.procs[0].pid) == [] and zombies(p.procs[0].pid) == []
+        assert p.restarts == 0  # the worker itself lives on
+    finally:
+        p.close()
+
+
 def test_invalid_actions_do_not_crash():
     env = AlfEnv()
     t = load_tasks("train")[0]
