@@ -16,7 +16,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from scheduler import KNOBS, RULES  # numpy + math only: the scheduler names and their help come from the registry
+from scheduler import KNOBS, KNOBS_TAKEN, RULES  # numpy + math only: the scheduler names and their help come from the registry
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PRESET_DIR = os.path.join(HERE, "config")
@@ -162,7 +162,12 @@ class Config:
 
 
 # the schedulers' own knobs (scheduler.register(..., knobs=)) are fields like any other: flags, presets, config.json
+_clash = sorted(set(KNOBS) & set(Config.__dataclass_fields__))
+if _clash:
+    raise ValueError(f"scheduler knobs {_clash} clash with config fields of the same name: rename them")
 Config = dataclasses.make_dataclass("Config", [(k, type(d), F(d, h)) for k, (d, h) in KNOBS.items()], bases=(Config,))
+Config.__module__ = __name__  # make_dataclass says "types" before Python 3.12: pickle must find config.Config
+KNOBS_TAKEN[0] = True  # a rule registered from now on cannot add a field: scheduler.register says so
 
 
 def defaults():

@@ -73,8 +73,8 @@ class Learner:
         work += [("aux", mb) for mb in self.micro_batches(aux)] if cfg.mode != "grpo" or cfg.eta > 0 else []
         work += [("none", [self.DUMMY])] * (all_max(max(len(work), 1), self.ddp) - len(work))
         for j, (kind, mb) in enumerate(work):
-            sync_last = self.ddp and not self.fsdp and j < len(work) - 1  # DDP: reduce once, in the last backward
-            with self.model.no_sync() if sync_last else contextlib.nullcontext():
+            skip_sync = self.ddp and not self.fsdp and j < len(work) - 1  # DDP: reduce once, in the last backward
+            with self.model.no_sync() if skip_sync else contextlib.nullcontext():
                 with self.prec():  # bf16 compute over the fp32 weights
                     loss = self.micro_loss(kind, mb, counts, ep_tok, parts)
                 if self.fsdp and self.ref is not None and kind != "pg":  # the sharded reference all-gathers in

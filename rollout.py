@@ -347,8 +347,8 @@ class DropNotices(logging.Filter):
 
 
 def quiet_vllm():
-    """--vllm_log quiet (the default): drop the notices of VLLM_NOISE and vLLM's FutureWarnings; every other
-    warning passes through. Filters sit on the named loggers themselves, because vLLM replaces its handlers
+    """--vllm_log quiet (the default): drop the notices of VLLM_NOISE and the FutureWarnings raised in vLLM's own
+    frames (one raised with stacklevel >= 2 is attributed to its caller and still shows); every other warning passes. Filters sit on the named loggers themselves, because vLLM replaces its handlers
     (logging.config.dictConfig) when the engine is built. Idempotent. --vllm_log all: not called."""
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm\.")
     for name, starts in VLLM_NOISE.items():

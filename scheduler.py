@@ -25,6 +25,7 @@ import numpy as np
 
 RULES = {}  # name -> {"fn", "probe", "g2", "help"}: the one list of schedulers (config.py's choices come from it)
 KNOBS = {}  # flag name -> (default, help): the rules' own config fields (config.py adds them to Config)
+KNOBS_TAKEN = [False]  # set once config.py has built Config from KNOBS
 
 
 def register(name, help, probe=False, g2=False, knobs=None):
@@ -32,6 +33,10 @@ def register(name, help, probe=False, g2=False, knobs=None):
     probe=True: fn(sched, tasks, step, probe) -> (n list, extra probe rollouts). g2=True: an Agent-G²-family rule
     (hybrid probe, checkpoint-state replay in eval.py diagnose). knobs: {flag: (default, help)}, new config fields
     (flags, presets, config.json) that the rule reads as s.cfg.<flag>."""
+    if knobs and KNOBS_TAKEN[0]:
+        raise RuntimeError(f"register({name!r}, knobs=...): config.Config is already built; register rules with "
+                           "their own flags in scheduler.py itself")
+
     def deco(fn):
         RULES[name] = {"fn": fn, "probe": probe, "g2": g2, "help": help}
         KNOBS.update(knobs or {})

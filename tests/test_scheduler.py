@@ -506,3 +506,16 @@ def test_a_rule_brings_its_own_flag():
     assert KNOBS["ucb_c"][0] == 0.1 and config.Config().ucb_c == 0.1
     assert config.get_config(["--scheduler", "g2_ucb", "--ucb_c", "0.3"]).ucb_c == 0.3
     assert "ucb_c" not in open(config.__file__).read()
+
+
+def test_knobs_come_in_scheduler_py_only():
+    """A rule with its own flag registered after config.py built Config would have no field: refused clearly.
+    The config (with its knob fields) still pickles."""
+    import pickle
+
+    import config
+    from scheduler import register
+    with pytest.raises(RuntimeError, match="already built"):
+        register("late_rule", "a rule from elsewhere", knobs={"late_knob": (1.0, "never a field")})
+    c = config.get_config(["--ucb_c", "0.25"])
+    assert pickle.loads(pickle.dumps(c)) == c
