@@ -132,4 +132,6 @@ echo "[run_all] $N runs, $DONE were done already"
 [ "$SMOKE" = 1 ] && exit 0
 TABLE_DIR=$([ "$MODE" = cpu ] && echo results/cpu || echo "$ROOT")
 python eval.py table "$TABLE_DIR"
-python eval.py dynamics "$ROOT"/g2/s* "$ROOT"/grpo/s* --out "$ROOT/dynamics.png" || true
+if ls "$ROOT"/g2/s*/log.jsonl "$ROOT"/grpo/s*/log.jsonl >/dev/null 2>&1; then  # the figure needs both methods' runs
+    python eval.py dynamics "$ROOT"/g2/s* "$ROOT"/grpo/s* --out "$ROOT/dynamics.png"
+fi
