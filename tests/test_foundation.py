@@ -46,6 +46,23 @@ def test_presets_load_and_override():
     assert get_config([]).preset == "cpu"
 
 
+def test_every_preset_loads_and_the_cpu_variants_inherit_cpu():
+    import os
+
+    from config import PRESET_DIR, get_config
+    for f in sorted(os.listdir(PRESET_DIR)):
+        if f.endswith(".py"):
+            assert get_config(["--preset", f[:-3]]).preset == f[:-3]
+    cpu, ws, p2 = (get_config(["--preset", p]) for p in ("cpu", "cpu_webshop", "cpu_pick2"))
+    assert (ws.env, ws.model, ws.max_new_tokens, ws.eval_games, ws.task_types) == \
+        ("webshop", "checkpoints/sft_webshop", 64, 100, "")
+    assert (p2.task_types, p2.group_size, p2.batch_tasks, p2.lr, p2.steps) == ("pick_two_obj_and_place", 4, 16, 1e-4, 150)
+    for c in (ws, p2):  # what they do not set comes from cpu.py
+        assert (c.constrained, c.prompt, c.loss_agg, c.eta, c.kl_coef) == (cpu.constrained, cpu.prompt, cpu.loss_agg,
+                                                                           cpu.eta, cpu.kl_coef) == (True, "compact",
+                                                                                                     "episode", 0.5, 0.0)
+
+
 def test_unknown_subcommands_fail_clearly():
     for script, msg in ((["eval.py", "--diagnostic"], "unknown subcommand"), (["bench.py", "nonsense"], "invalid choice")):
         r = run(*script)
