@@ -51,27 +51,15 @@ def test_prefix_reset_equals_manual_steps():
         assert task_text(b["history"][0][0]) and "Your task" not in room_text(b["history"][0][0])
 
 
-def children(pid):
-    """Live (not zombie) child processes of pid, from /proc."""
+def children(pid, zombie=False):
+    """Child processes of pid from /proc: the live ones, or (zombie=True) the exited ones nobody reaped."""
     out = []
     for d in filter(str.isdigit, os.listdir("/proc")):
         try:
             st = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(st[1]) == pid and st[0] != "Z":
-            out.append(int(d))
-    return out
-
-
-def zombies(pid):
-    out = []
-    for d in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            st = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(st[1]) == pid and st[0] == "Z":
+        if int(st[1]) == pid and (st[0] == "Z") == zombie:
             out.append(int(d))
     return out
 
@@ -94,7 +82,7 @@ def test_forked_group_plays_like_replayed_episodes():
             got[f] = [[(r["obs"], r["admissible"], r.get("won")) for r in step] for step in res]
             assert all(r["ok"] for step in res for r in step)
             p.run([("close", e) for e in range(R)])
-            assert children(p.procs[0].pid) == [] and zombies(p.procs[0].pid) == []
+            assert children(p.procs[0].pid) == [] and children(p.procs[0].pid, zombie=True) == []
         assert got[True] == got[False]
         assert [r[2] for r in got[True][-1]] == [True, False, True, True]  # episode 1 is a step behind
     finally:
@@ -112,7 +100,7 @@ def test_a_dead_forked_episode_is_one_lost_episode():
         res = p.run([("step", e, t["walkthrough"][2]) for e in range(3)])
         assert [r["ok"] for r in res] == [True, False, True] and "episode lost" in res[1]["error"]
         p.run([("close", e) for e in range(3)])
-        assert children(p.procs[0].pid) == [] and zombies(p.procs[0].pid) == []
+        assert children(p.procs[0].pid) == [] and children(p.procs[0].pid, zombie=True) == []
         assert p.restarts == 0  # the worker itself lives on
     finally:
         p.close()
