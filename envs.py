@@ -233,7 +233,7 @@ def _worker(conn, spec):
                 kids[msg[j][1]][1].send(msg[j][2])
             except OSError:
                 out[j] = {"ok": False, "error": "episode process lost; episode lost"}
-        first = {}  # (gamefile, prefix) -> the episode of this batch that replayed it and has not stepped since
+        first = {}  # (gamefile, prefix) -> the episode of this batch that replayed it
         for j, req in enumerate(msg):
             if j in sent:
                 continue
@@ -245,8 +245,9 @@ def _worker(conn, spec):
                     if eid in eps:
                         free.append(eps.pop(eid)[0])
                     key = (gamefile, tuple(prefix))
-                    if fork and prefix and first.get(key) in eps:
-                        i, ep = eps[first[key]]
+                    tpl = eps.get(first.get(key))  # still at the prefix's end: nothing played after it (history)
+                    if fork and prefix and tpl and len(tpl[1]["history"]) == len(prefix):
+                        i, ep = tpl
                         kids[eid] = _fork_episode(envs[i], ep, [conn] + [c for _, c in kids.values()])
                         out[j] = {"ok": True, **ep}
                         continue
@@ -265,7 +266,6 @@ def _worker(conn, spec):
                     out[j] = {"ok": True, **ep}
                 elif req[0] == "step":
                     _, eid, action = req
-                    first = {k: v for k, v in first.items() if v != eid}  # its state has moved on
                     i, ep = eps[eid]
                     out[j] = _step_result(envs[i], ep, action)
                 elif req[0] == "close":
