@@ -29,27 +29,31 @@ from rollout import rollout
 def evaluate(engine, pool, tok, tasks, cfg, seed=0, temperature=0.0):
     """Hint-free, one episode per task, greedy (temperature 0) or sampled. Returns {"success", "n", "won",
     "score" (100 x mean raw reward: WebShop's score; ALFWorld's equals success), "per_type": {type: success},
+    "per_type_won": {type: [won, n]},
     "invalid", "out": the rollout output (rows + episodes, for transcripts)}."""
     if not tasks:
-        return {"success": float("nan"), "n": 0, "won": 0, "score": float("nan"), "per_type": {}, "invalid": 0.0,
+        return {"success": float("nan"), "n": 0, "won": 0, "score": float("nan"), "per_type": {}, "per_type_won": {},
+                "invalid": 0.0,
                 "out": None}
     ecfg = dataclasses.replace(cfg, temperature=temperature)
     out = rollout(engine, pool, tok, [{"task": t, "n": 0, "R": 1} for t in tasks], ecfg, seed)
     by = collections.defaultdict(list)
     for e, t in zip(out["episodes"], tasks):
-        by[t["task_type"]].append(e["won"])
+        by[t["task_type"]].append(int(e["won"]))
     won = [e["won"] for e in out["episodes"]]
     return {"success": sum(won) / len(won), "n": len(won), "won": sum(won),
             "score": 100 * float(np.mean([e["score"] for e in out["episodes"]])),
             "per_type": {k: sum(v) / len(v) for k, v in sorted(by.items())},
+            "per_type_won": {k: [sum(v), len(v)] for k, v in sorted(by.items())},
             "invalid": out["stats"]["invalid"] / max(out["stats"]["env_steps"], 1), "out": out}
 
 
 def in_loop_eval(engine, pool, tok, sets, cfg, step, rank=0, world=1, gather=lambda x: [x]):
     """train.py's evaluation: each set ({name: tasks}) hint-free, greedy and sampled at the training temperature,
     sharded over ranks (gather: all_gather_object); rank 0 writes a few decoded transcripts per set to
-    out_dir/transcripts/. -> {"val": success, "val_sampled": ..., "train_panel": ..., ...}"""
-    res = {}
+    out_dir/transcripts/. -> {"val": success, "val_sampled": ..., "train_panel": ..., ..., "counts": {"val": {"won",
+    "n", "per_type": {type: [won, n]}}, ...}}: the counts give the tables their Wilson intervals."""
+    res, counts = {}, {}
     for name, tasks in sets.items():
         for suffix, temp in (("", 0.0), ("_sampled", cfg.temperature)):
             if not tasks:
@@ -59,12 +63,16 @@ def in_loop_eval(engine, pool, tok, sets, cfg, step, rank=0, world=1, gather=lam
             if r and rank == 0:
                 write_transcripts(os.path.join(cfg.out_dir, "transcripts", f"step{step:06d}_{name}{suffix}.txt"),
                                   r["out"], tok, header=f"step {step} {name}{suffix} temperature {temp}")
-            got = gather({"won": r["won"], "n": r["n"], "reward": sum(e["score"] for e in r["out"]["episodes"])}
-                         if r else {"won": 0, "n": 0, "reward": 0.0})
+            got = gather({"won": r["won"], "n": r["n"], "reward": sum(e["score"] for e in r["out"]["episodes"]),
+                          "per_type": r["per_type_won"]} if r else {"won": 0, "n": 0, "reward": 0.0, "per_type": {}})
             res[name + suffix] = sum(x["won"] for x in got) / max(sum(x["n"] for x in got), 1)
+            types = sorted({k for x in got for k in x["per_type"]})
+            counts[name + suffix] = {"won": sum(x["won"] for x in got), "n": sum(x["n"] for x in got),
+                                     "per_type": {k: [sum(x["per_type"].get(k, [0, 0])[i] for x in got) for i in (0, 1)]
+                                                  for k in types}}
             if cfg.env == "webshop":  # WebShop's second metric, mean raw reward (the paper's score / 100)
                 res[name + suffix + "_score"] = sum(x["reward"] for x in got) / max(sum(x["n"] for x in got), 1)
-    return res
+    return {**res, "counts": counts}
 
 
 def write_transcripts(path, out, tok, k=3, header=""):
@@ -103,7 +111,7 @@ def eval_table(runs):
         for e in read_log(run)[1]:
             v = e["eval"]
             cell = lambda k: f"{100 * v[k]:.1f}" if k in v else ""  # noqa: E731
-            out.append(f"| {os.path.basename(os.path.normpath(run))} | {e['step']} | {cell('train_panel')} | "
+            out.append(f"| {run_label(run)} | {e['step']} | {cell('train_panel')} | "
                        f"{cell('train_panel_sampled')} | {cell('val')} | {cell('val_sampled')} |")
     return "\n".join(out)
 
@@ -115,11 +123,32 @@ def step_table(runs):
     for run in runs:
         st = read_log(run)[0]
         m = lambda k: float(np.mean([r[k] or 0 for r in st]))  # noqa: E731
-        out.append(f"| {os.path.basename(os.path.normpath(run))} | {len(st)} | {m('success'):.2f} | "
+        out.append(f"| {run_label(run)} | {len(st)} | {m('success'):.2f} | "
                    f"{100 * m('in_band'):.0f} % | {100 * m('all0'):.0f} % | {100 * m('all1'):.0f} % | "
                    f"{sum(r['zero_adv_groups'] for r in st)} / {sum(r['groups'] for r in st)} | {m('mean_r'):.2f} | "
                    f"{max(r.get('clipfrac', 0) for r in st):.3f} | {max(r.get('ratio_dev', 0) for r in st):.1e} | "
                    f"{m('update_rel'):.1e} | {m('t_step'):.1f} |")
+    return "\n".join(out)
+
+
+def window_table(runs):
+    """Markdown: the training batches over time, one row per (method, window of steps), pooled over the method's
+    seeds (run_name groups runs/x/g2/s0, s1, ... as g2): batch success at the scheduled depths, group shares, mean
+    depth ratio, rollouts and seconds per step. Windows: the first 10 steps, then blocks of 50."""
+    by = collections.defaultdict(list)
+    for run in runs:
+        by[run_name(run)].append(read_log(run)[0])
+    out = ["| method | seeds | steps | batch success | all-0 groups | groups in band | all-1 groups | mean depth ratio | "
+           "rollouts / step | s / step |", "|---|" + "---|" * 9]
+    for name, logs in by.items():
+        n = max(len(st) for st in logs)
+        edges = sorted({0, min(10, n), n} | set(range(50, n, 50)))
+        for a, b in zip(edges, edges[1:]):
+            rs = [r for st in logs for r in st if a <= r["step"] < b]
+            m = lambda k: float(np.mean([r.get(k) or 0 for r in rs]))  # noqa: E731
+            out.append(f"| {name} | {len(logs)} | {a}–{b - 1} | {m('success'):.3f} | {100 * m('all0'):.0f} % | "
+                       f"{100 * m('in_band'):.0f} % | {100 * m('all1'):.0f} % | {m('mean_r'):.2f} | "
+                       f"{m('rollouts_played'):.0f} | {m('t_step'):.1f} |")
     return "\n".join(out)
 
 
@@ -132,8 +161,9 @@ def dynamics(runs, path):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(2, 3, figsize=(15, 7.5))
     ax = ax.ravel()
-    for j, run in enumerate(runs):
-        name, c = os.path.basename(os.path.normpath(run)), f"C{j}"
+    methods = list(dict.fromkeys(run_name(r) for r in runs))  # one colour per method; its seeds share it
+    for run in runs:
+        name, c = run_label(run), f"C{methods.index(run_name(run))}"
         steps, evals = read_log(run)
         for a, (k, title) in zip(ax[:2], EVAL_SETS):
             for suffix, ls in (("", "-"), ("_sampled", "--")):
@@ -169,6 +199,8 @@ def dynamics(runs, path):
     print(eval_table(runs))
     print()
     print(step_table(runs))
+    print()
+    print(window_table(runs))
     print(f"(plot: {path})")
 
 
@@ -457,6 +489,12 @@ def run_name(run):
     return os.path.basename(os.path.dirname(os.path.normpath(run))) if re.fullmatch(r"s\d+", base) else base
 
 
+def run_label(run):
+    """runs/x/g2/s0 -> 'g2/s0' (run_all.sh's layout), else the directory name."""
+    base = os.path.basename(os.path.normpath(run))
+    return base if run_name(run) == base else f"{run_name(run)}/{base}"
+
+
 def run_flags(cfg):
     """The command-line flags a run was started with, less seed/out_dir/resume and the preset (the table's header
     names it): what makes it this method."""
@@ -497,6 +535,8 @@ def table(runs):
         groups[(env_label(c), c.get("preset"), data)].append(s)
     out = [f"note: these runs come from {len(groups)} different (environment, preset, data) settings; "
            "one table each, never mixed"] if len(groups) > 1 else []
+    ci_note = ("\n[lo–hi]: 95 % Wilson interval of the row's games pooled over its seeds (none for runs logged "
+               "before success counts were)")
     for (env, preset, data), ss in groups.items():
         rows = collections.defaultdict(list)
         for s in ss:
@@ -519,13 +559,37 @@ def table(runs):
             def ms(v):
                 v = [x for x in v if x == x]
                 return f"{np.mean(v):.1f} ± {np.std(v):.1f}" if v else ""
-            cells = [ms([100 * r["final"][k] for r in rs if k in r["final"]]) for k in sets]
+            cells = [ms([100 * r["final"][k] for r in rs if k in r["final"]]) + pooled_ci(rs, k) for k in sets]
             flags = sorted({run_flags(r["cfg"]) for r in rs})
             commits = ",".join(sorted({r["cfg"].get("git_commit", "?") for r in rs}))
             out.append(f"| {label} | {len(rs)} | " + " | ".join(cells) +
                        f" | {ms([r['s_per_step'] for r in rs])} | {ms([r['rollouts_per_step'] for r in rs])} | "
                        f"`{' / '.join(flags) or '-'}` | {commits} |")
+        if any("counts" in s["final"] for s in ss):
+            out.append(ci_note)
+        types = sorted({t for s in ss for c in s["final"].get("counts", {}).values() for t in c["per_type"]})
+        if len(types) > 1:  # per task type: the pooled games of each row
+            out.append("\n| method | task type | " + " | ".join(f"{k} (won / games)" for k in sets[:4]) + " |")
+            out.append("|---|---|" + "---|" * len(sets[:4]))
+            for label, rs in sorted(rows.items(), key=lambda kv: (order.get(kv[0], (99, 0)), kv[0])):
+                for t in types:
+                    out.append(f"| {label} | {t} | " + " | ".join(pooled_ci(rs, k, t) for k in sets[:4]) + " |")
     return "\n".join(out).lstrip("\n")
+
+
+def pooled_ci(rs, k, task_type=None):
+    """' [lo–hi]' (%): the 95 % Wilson interval of set k's final-eval games pooled over the runs rs, or with
+    task_type, 'p % [lo–hi] (won / n)' for that type's games; '' when a run has no counts (logged before them)."""
+    c = [r["final"].get("counts", {}).get(k) for r in rs]
+    if not c or any(x is None for x in c):
+        return ""
+    won, n = (sum(x[i] for x in c) for i in ("won", "n")) if task_type is None else \
+        (sum(x["per_type"].get(task_type, [0, 0])[i] for x in c) for i in (0, 1))
+    if n == 0:
+        return ""
+    lo, hi = wilson(won, n)
+    return f" [{100 * lo:.0f}–{100 * hi:.0f}]" if task_type is None else \
+        f"{100 * won / n:.1f} [{100 * lo:.0f}–{100 * hi:.0f}] ({won} / {n})"
 
 
 def main():

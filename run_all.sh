@@ -5,13 +5,16 @@
 #   bash run_all.sh [--only main|ablations|clusters|sft|released|webshop] [--7b]   # the paper grid (8 GPUs, preset paper)
 #   bash run_all.sh --cpu                     # the same grid at toy scale on a CPU (preset cpu, 2 seeds)
 #   bash run_all.sh --cpu --smoke             # every grid entry for one step on a minimal budget (CI)
+#   bash run_all.sh --cpu --only pick2        # the pick-two regime's comparison (preset cpu_pick2, ~40 min a run)
 #
 # A run whose directory holds summary.json (written by train.py when it finishes) is skipped, so the script resumes
 # after an interruption; an unfinished run resumes from its last checkpoint (--resume auto). RUN_ROOT=DIR puts
 # the run directories elsewhere. At the end:
 # `python eval.py table` over the runs (one Markdown table per setting) and the dynamics figure of the main runs.
-# --cpu copies each finished run's summary.json to results/cpu/<run>/ (kilobytes), which the repo keeps, so
-# `python eval.py table results/cpu` rebuilds the README's toy table (docs/results.md §1) on any machine.
+# --cpu copies each finished run's summary.json and log.jsonl to results/cpu/toy/<run>/ (the toy grid) or
+# results/cpu/pick2/<run>/ (the pick-two regime), which the repo keeps, so `python eval.py table results/cpu/toy`
+# and `python eval.py table results/cpu/pick2` rebuild the README's tables, and `python eval.py dynamics` their
+# figures, on any machine.
 #
 # Measured toy scale (2-core CPU, docs/results.md): one 40-step --cpu run of the ALFWorld rows
 # takes 14-28 minutes (GRPO 28 min, step decay 14 min, target-acc 28 min with the machine to itself; Agent-G² 22.5
@@ -36,15 +39,16 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-case "$ONLY" in ""|main|ablations|clusters|sft|released|webshop) ;;
-    *) echo "run_all.sh: --only main|ablations|clusters|sft|released|webshop" >&2; exit 2 ;; esac
+case "$ONLY" in ""|main|ablations|clusters|sft|released|webshop|pick2) ;;
+    *) echo "run_all.sh: --only main|ablations|clusters|sft|released|webshop|pick2" >&2; exit 2 ;; esac
+[ "$ONLY" = pick2 ] && [ "$MODE" != cpu ] && { echo "run_all.sh: --only pick2 goes with --cpu" >&2; exit 2; }
 [ "$SMOKE" = 1 ] && [ "$MODE" != cpu ] && { echo "run_all.sh: --smoke goes with --cpu" >&2; exit 2; }
 
 if [ "$MODE" = gpu ]; then
     SEEDS="0 1 2 3 4"; ROOT=${RUN_ROOT:-runs/paper_grid}; PRESET=paper
     LAUNCH="torchrun --standalone --nproc_per_node=${NPROC:-8} train.py"
 else
-    SEEDS="0 1"; ROOT=${RUN_ROOT:-runs/cpu_grid}; PRESET=cpu
+    SEEDS="0 1"; ROOT=${RUN_ROOT:-runs/cpu_grid}; PRESET=cpu; RESULTS=results/cpu/toy
     LAUNCH="python train.py"
 fi
 EXTRA=()
@@ -71,7 +75,7 @@ run() {  # run GROUP NAME FLAGS...: one grid entry for the current seed $s
     echo "[run_all] $(date -u +%H:%M:%S) ${cmd[*]} ${resume[*]}"
     "${cmd[@]}" "${resume[@]}"
     if [ "$MODE" = cpu ] && [ "$SMOKE" = 0 ]; then
-        mkdir -p "results/cpu/$name/s$s" && cp "$out/summary.json" "results/cpu/$name/s$s/"
+        mkdir -p "$RESULTS/$name/s$s" && cp "$out/summary.json" "$out/log.jsonl" "$RESULTS/$name/s$s/"
     fi
 }
 
@@ -127,11 +131,32 @@ for s in $SEEDS; do
     fi
 done
 
-if [ "$DRY" = 1 ]; then echo "# $N runs ($MODE$([ "$SMOKE" = 1 ] && echo ", smoke"), seeds: $SEEDS)"; exit 0; fi
+# ---- the pick-two regime (--cpu only; docs/results.md §5): long tasks from a base that rarely wins them, chosen
+#      from the base's and plain GRPO's probes (docs/cpu-demo.md); Agent-G² and GRPO 3 seeds, four schedules 2,
+#      enumeration 1. The run directories are the ones docs/results.md names (runs/cpu_pick2/<method>/s<seed>).
+if [ "$MODE" = cpu ] && [ "$SMOKE" = 0 ]; then
+    PRESET=cpu_pick2 ROOT=${RUN_ROOT:+$RUN_ROOT/pick2} RESULTS=results/cpu/pick2
+    ROOT=${ROOT:-runs/cpu_pick2}
+    for s in 0 1 2; do
+        run pick2 g2
+        run pick2 grpo  --scheduler none
+        [ "$s" = 2 ] && continue
+        run pick2 fixed --scheduler fixed --fixed_ratio 0.5
+        run pick2 linear --scheduler linear
+        run pick2 target_acc --scheduler target_acc
+        run pick2 binary --scheduler binary --max_probes 2
+        [ "$s" = 0 ] && run pick2 enum --scheduler enum
+    done
+fi
+
+P2=""; if [ "$MODE" = cpu ] && [ "$SMOKE" = 0 ]; then P2="; pick2: g2 and grpo 0 1 2, enum 0"; fi
+if [ "$DRY" = 1 ]; then echo "# $N runs ($MODE$([ "$SMOKE" = 1 ] && echo ", smoke"), seeds: $SEEDS$P2)"; exit 0; fi
 echo "[run_all] $N runs, $DONE were done already"
 [ "$SMOKE" = 1 ] && exit 0
-TABLE_DIR=$([ "$MODE" = cpu ] && echo results/cpu || echo "$ROOT")
-python eval.py table "$TABLE_DIR"
-if ls "$ROOT"/g2/s*/log.jsonl "$ROOT"/grpo/s*/log.jsonl >/dev/null 2>&1; then  # the figure needs both methods' runs
-    python eval.py dynamics "$ROOT"/g2/s* "$ROOT"/grpo/s* --out "$ROOT/dynamics.png"
-fi
+if [ "$MODE" = gpu ]; then DIRS=("$ROOT"); else DIRS=(results/cpu/toy results/cpu/pick2); fi
+for d in "${DIRS[@]}"; do
+    python eval.py table "$d"
+    if ls "$d"/g2/s*/log.jsonl "$d"/grpo/s*/log.jsonl >/dev/null 2>&1; then  # the figure needs both methods' runs
+        python eval.py dynamics "$d"/g2/s* "$d"/grpo/s* --out "$d/dynamics.png"
+    fi
+done

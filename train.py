@@ -267,7 +267,7 @@ def run_eval(step):
     from eval import in_loop_eval
     res = in_loop_eval(engine, pool, tok, {"val": eval_tasks, "train_panel": panel}, cfg, step, rank, world, gather)
     if master:
-        print(f"[eval] step {step}: " + "  ".join(f"{k} {100 * v:.1f}%" for k, v in res.items()))
+        print(f"[eval] step {step}: " + "  ".join(f"{k} {100 * v:.1f}%" for k, v in res.items() if k != "counts"))
         log.write(json.dumps({"step": step, "eval": res}) + "\n")
         log.flush()
     return res

@@ -196,6 +196,9 @@ def test_in_loop_and_offline_panel_agree(tmp_path):
     res = json.load(open(out))
     assert res["seeds"][str(10**6 + 1)]["n"] == 8  # the checkpoint's own config: one task type, its 8 games
     assert res["mean"] == in_loop["eval"]["val"]
+    seed = res["seeds"][str(10**6 + 1)]  # the counts the tables' Wilson intervals come from
+    assert in_loop["eval"]["counts"]["val"] == {"won": seed["won"], "n": 8,
+                                                "per_type": {"pick_and_place_simple": [seed["won"], 8]}}
 
 
 def test_table_groups_methods_and_refuses_to_mix_settings(tmp_path):
@@ -238,3 +241,42 @@ def test_end_lines_report_first_and_last_eval():
     # a set missing from an eval is left out rather than printed as 0
     s = {"evals": [{"step": 0, "eval": {"val": 0.5}}, {"step": 2, "eval": {"val": 0.5, "train_panel": 1.0}}]}
     assert end_lines(s, "r").split("\n")[0] == "[done] hint-free success, step 0 -> 2: validation greedy 50.0% -> 50.0%"
+
+
+def test_table_pools_seeds_into_wilson_intervals_per_task_type(tmp_path):
+    """Counts logged with each eval give each cell the Wilson interval of the games pooled over seeds, and a
+    per-task-type table when there are several types. Hand values: 5 / 20 -> [11.2, 46.9]; 1 / 10 -> [1.8, 40.4];
+    4 / 10 -> [16.8, 68.7] (p = (k + z²/2) / (n + z²) ± the Wilson half-width, z = 1.96)."""
+    from eval import table
+
+    def run(seed, val_counts):
+        d = tmp_path / "g2" / f"s{seed}"
+        d.mkdir(parents=True)
+        counts = {"val": {"won": sum(w for w, _ in val_counts.values()), "n": sum(n for _, n in val_counts.values()),
+                          "per_type": {t: list(c) for t, c in val_counts.items()}}}
+        json.dump({"summary": 1, "cfg": {"preset": "cpu", "games": "builtin", "task_types": "a,b", "seed": seed,
+                                         "argv": ["train.py"], "git_commit": "abc"},
+                   "final": {"val": counts["val"]["won"] / counts["val"]["n"], "counts": counts}, "evals": [],
+                   "s_per_step": 1.0, "rollouts_per_step": 64.0}, open(d / "summary.json", "w"))
+        return str(d)
+    md = table([run(0, {"a": (2, 5), "b": (0, 5)}), run(1, {"a": (2, 5), "b": (1, 5)})])
+    assert "| g2 | 2 | 25.0 ± 5.0 [11–47] |" in md
+    assert "| g2 | a | 40.0 [17–69] (4 / 10) |" in md and "| g2 | b | 10.0 [2–40] (1 / 10) |" in md
+
+
+def test_window_table_pools_seeds_per_block_of_steps(tmp_path):
+    from eval import window_table
+    runs = []
+    for seed, late in ((0, 0.5), (1, 0.25)):
+        d = tmp_path / "grpo" / f"s{seed}"
+        d.mkdir(parents=True)
+        with open(d / "log.jsonl", "w") as f:
+            for step in range(12):
+                early = step < 10
+                f.write(json.dumps({"step": step, "success": 0.0 if early else late, "all0": 1.0 if early else 0.5,
+                                    "in_band": 0.0, "all1": 0.0, "mean_r": 0.0, "rollouts_played": 64,
+                                    "t_step": 2.0}) + "\n")
+        runs.append(str(d))
+    md = window_table(runs).splitlines()
+    assert md[2] == "| grpo | 2 | 0–9 | 0.000 | 100 % | 0 % | 0 % | 0.00 | 64 | 2.0 |"
+    assert md[3] == "| grpo | 2 | 10–11 | 0.375 | 50 % | 0 % | 0 % | 0.00 | 64 | 2.0 |" and len(md) == 4

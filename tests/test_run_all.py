@@ -23,7 +23,7 @@ def grid(*args):
     lines = [x for x in p.stdout.splitlines() if x.startswith(("torchrun", "python"))]
     seeds = {}
     for x in lines:
-        m = re.search(r"--out_dir \S+/([^/\s]+)/s(\d+) ", x)
+        m = re.search(r"--out_dir \S+/([^/\s]+)/s(\d+)(?: |$)", x)
         assert m, x
         seeds.setdefault(m.group(1), []).append(int(m.group(2)))
     count = re.fullmatch(r"# (\d+) runs \(.*\)", p.stdout.strip().splitlines()[-1])
@@ -54,6 +54,17 @@ def test_cpu_smoke_dry_run_one_seed_per_entry():
     names, seeds, lines, count = grid("--cpu", "--smoke")
     assert count == len(lines) == len(names) and all(seeds[n] == [0] for n in names)
     assert all("--steps 1 " in x and "--preset cpu" in x for x in lines)
+
+
+def test_pick2_regime_dry_run_gives_each_method_its_seeds():
+    """--cpu --only pick2: Agent-G² and GRPO with 3 seeds, four schedules with 2, enumeration with 1, all under the
+    cpu_pick2 preset, in the run directories docs/results.md names."""
+    names, seeds, lines, count = grid("--cpu", "--only", "pick2")
+    assert seeds == {"g2": [0, 1, 2], "grpo": [0, 1, 2], "fixed": [0, 1], "linear": [0, 1], "target_acc": [0, 1],
+                     "binary": [0, 1], "enum": [0]}
+    assert count == len(lines) == 15 and all(x.startswith("python train.py --preset cpu_pick2 --seed ") for x in lines)
+    assert all(re.search(r"--out_dir runs/cpu_pick2/\w+/s\d ", x + " ") for x in lines)
+    assert sh("--only", "pick2", "--dry-run").returncode == 2  # the regime is a CPU one
 
 
 def policy_acted(run_dir):
@@ -87,13 +98,15 @@ def test_cpu_smoke_grid_gives_every_entry_its_step(tmp_path):
     assert again.returncode == 0 and again.stdout.count("[run_all] done already:") == len(names)
 
 
-def test_readme_toy_table_is_rebuilt_from_results():
-    """The README's toy table is exactly what `python eval.py table results/cpu` prints from the kept summaries."""
+@pytest.mark.parametrize("regime", ["toy", "pick2"])
+def test_readme_tables_are_rebuilt_from_results(regime):
+    """Each README results table is exactly what `python eval.py table results/cpu/<regime>` prints from the kept
+    summaries."""
     readme = open(os.path.join(ROOT, "README.md")).read()
-    start, end = "<!-- toy-table: python eval.py table results/cpu -->", "<!-- /toy-table -->"
+    start, end = f"<!-- {regime}-table: python eval.py table results/cpu/{regime} -->", f"<!-- /{regime}-table -->"
     assert start in readme and end in readme
     block = readme.split(start)[1].split(end)[0].strip()
-    p = subprocess.run(["python", "eval.py", "table", "results/cpu"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
+    p = subprocess.run(["python", "eval.py", "table", f"results/cpu/{regime}"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert block == p.stdout.strip()
