@@ -80,6 +80,23 @@ def _cache_textgen_parse():
     Rule.parse_conjunctive_query = classmethod(functools.lru_cache(4096)(orig_q))  # returns an immutable Rule
 
 
+def _shallow_textgen_context():
+    """Once the parse is cached, ~80 % of a step is TextWorld's text generation deep-copying each derivation's
+    context (textworld/envs/pddl/textgen/__init__.py, copy_context: `variables` and `mapping`, thousands of times a
+    step). Their values are the shared EntityInfo objects and logic Variables that derivations only read; query()
+    only adds keys to its copy. Copying the two dicts one level deep gives the same text (a test plays episodes with
+    and without it and compares every observation)."""
+    import textworld.envs.pddl.textgen as tg
+    if getattr(tg.copy_context, "_g2_shallow", False):
+        return
+
+    def copy_context(context):
+        return {"state": context["state"], "facts": context["facts"], "variables": dict(context["variables"]),
+                "mapping": dict(context["mapping"]), "entity_infos": context["entity_infos"]}
+    copy_context._g2_shallow = True
+    tg.copy_context = copy_context  # looked up as a module global at every call
+
+
 class AlfEnv:
     """PddlEnv + AlfredDemangler + AlfredInfos, as alfworld's AlfredTWEnv builds it, without the gym layer."""
 
@@ -91,6 +108,7 @@ class AlfEnv:
         if cache_translation:
             _cache_pddl2sas()
             _cache_textgen_parse()
+            _shallow_textgen_context()
         infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
         self.env = AlfredInfos(AlfredDemangler(PddlEnv(infos), shuffle=False))
         self.gamefile = None

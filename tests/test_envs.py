@@ -51,6 +51,38 @@ def test_prefix_reset_equals_manual_steps():
         assert task_text(b["history"][0][0]) and "Your task" not in room_text(b["history"][0][0])
 
 
+PLAY = """
+import json, random, sys
+from envs import AlfEnv
+from gamegen import load_tasks
+env, out = AlfEnv(cache_translation=sys.argv[1] == "cached"), []
+for i, t in enumerate(random.Random(0).sample(load_tasks("train"), 12)):
+    r = random.Random(i)
+    ep = env.reset(t["gamefile"], t["walkthrough"][:r.randint(0, t["L"])])
+    rec = [ep["obs"], ep["admissible"]]
+    for _ in range(10):
+        a = r.choice(ep["admissible"] + ["go to nowhere"])
+        rec += [a, env.step(ep, a), ep["obs"], ep["admissible"], ep["won"]]
+    out.append(rec)
+print(json.dumps(out))
+"""
+
+
+def test_engine_caches_leave_every_observation_unchanged():
+    """The parse / translation caches and the shallow text-generation contexts (envs._cache_*,
+    envs._shallow_textgen_context) patch TextWorld process-wide: a fresh process without them and one with them play
+    the same 12 episodes (expert prefix, then random actions) and must see the same text at every step."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    got = {m: subprocess.run([sys.executable, "-c", PLAY, m], cwd=root, capture_output=True, text=True, timeout=600)
+           for m in ("plain", "cached")}
+    assert all(p.returncode == 0 for p in got.values()), got["plain"].stderr[-2000:] + got["cached"].stderr[-2000:]
+    plain, cached = (json.loads(got[m].stdout) for m in ("plain", "cached"))
+    assert len(plain) == 12 and sum(len(r) for r in plain) == 12 * 52
+    assert plain == cached
+
+
 def children(pid, zombie=False):
     """Child processes of pid from /proc: the live ones, or (zombie=True) the exited ones nobody reaped."""
     out = []
