@@ -145,8 +145,9 @@ def window_table(runs):
         edges = sorted({0, min(10, n), n} | set(range(50, n, 50)))
         for a, b in zip(edges, edges[1:]):
             rs = [r for st in logs for r in st if a <= r["step"] < b]
+            seeds = sum(any(a <= r["step"] < b for r in st) for st in logs)  # a seed still running may lack a window
             m = lambda k: float(np.mean([r.get(k) or 0 for r in rs]))  # noqa: E731
-            out.append(f"| {name} | {len(logs)} | {a}–{b - 1} | {m('success'):.3f} | {100 * m('all0'):.0f} % | "
+            out.append(f"| {name} | {seeds} | {a}–{b - 1} | {m('success'):.3f} | {100 * m('all0'):.0f} % | "
                        f"{100 * m('in_band'):.0f} % | {100 * m('all1'):.0f} % | {m('mean_r'):.2f} | "
                        f"{m('rollouts_played'):.0f} | {m('t_step'):.1f} |")
     return "\n".join(out)
@@ -155,7 +156,8 @@ def window_table(runs):
 def dynamics(runs, path):
     """The training-dynamics figure from log.jsonl: hint-free success (panel, validation; greedy solid, sampled
     dashed), batch success at the scheduled depths, depth (mean ratio, mu_global), group shares, and sigma per
-    cluster, all against step. One colour per run. Prints the eval table."""
+    cluster, all against step. One colour per method (run_name), its seeds in lighter shades. Prints the eval, step
+    and window tables."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -164,25 +166,27 @@ def dynamics(runs, path):
     methods = list(dict.fromkeys(run_name(r) for r in runs))  # one colour per method; its seeds share it
     for run in runs:
         name, c = run_label(run), f"C{methods.index(run_name(run))}"
+        seed_no = sum(run_name(r) == run_name(run) for r in runs[:runs.index(run)])
+        alpha = max(0.35, 1.0 - 0.3 * seed_no)  # seeds of one method: the same colour, fainter
         steps, evals = read_log(run)
         for a, (k, title) in zip(ax[:2], EVAL_SETS):
             for suffix, ls in (("", "-"), ("_sampled", "--")):
                 pts = [(e["step"], 100 * e["eval"][k + suffix]) for e in evals if k + suffix in e["eval"]]
                 if pts:
-                    a.plot(*zip(*pts), ls, color=c, marker="o", ms=4, label=f"{name}{' sampled' if suffix else ''}")
+                    a.plot(*zip(*pts), ls, color=c, alpha=alpha, marker="o", ms=4, label=f"{name}{' sampled' if suffix else ''}")
             a.set_title(f"{title}, hint-free (solid greedy, dashed sampled)")
         x = [r["step"] for r in steps]
-        ax[2].plot(x, [100 * (r["success"] or 0) for r in steps], color=c, label=name)
-        ax[3].plot(x, [r["mean_r"] for r in steps], color=c, label=f"{name} mean r")
-        ax[3].plot(x, [r["mu_global"] for r in steps], ":", color=c, label=f"{name} mu_global")
+        ax[2].plot(x, [100 * (r["success"] or 0) for r in steps], color=c, alpha=alpha, label=name)
+        ax[3].plot(x, [r["mean_r"] for r in steps], color=c, alpha=alpha, label=f"{name} mean r")
+        ax[3].plot(x, [r["mu_global"] for r in steps], ":", color=c, alpha=alpha, label=f"{name} mu_global")
         for k in range(len(steps[0]["mu_k"]) if steps and steps[0].get("mean_r") else 0):
             ax[3].plot(x, [r["mu_k"][k] for r in steps], linestyle=["--", "-.", (0, (1, 3)), (0, (5, 1))][k % 4],
-                       color=c, alpha=0.5, lw=0.8, label=f"{name} mu_k{k}")
+                       color=c, alpha=0.5 * alpha, lw=0.8, label=f"{name} mu_k{k}")
         for key, ls in (("in_band", "-"), ("all0", "--"), ("all1", ":")):
-            ax[4].plot(x, [r[key] or 0 for r in steps], ls, color=c, label=f"{name} {key}")
+            ax[4].plot(x, [r[key] or 0 for r in steps], ls, color=c, alpha=alpha, label=f"{name} {key}")
         for k in range(len(steps[0]["sigma_k"]) if steps else 0):
             ax[5].plot(x, [r["sigma_k"][k] for r in steps], ["-", "--", ":", "-."][k % 4], color=c,
-                       label=f"{name} k{k}")
+                       alpha=alpha, label=f"{name} k{k}")
     titles = [None, None, "batch success at the scheduled depth (%)", "depth: mean r (solid), mu_global (dotted), mu_k (thin)",
               "groups: in band [0.4, 0.6] (solid), all-0 (dashed), all-1 (dotted)", "sigma per cluster"]
     for a, t in zip(ax, titles):
@@ -486,7 +490,7 @@ def env_label(cfg):
 def run_name(run):
     """runs/x/g2/s0 -> 'g2' (run_all.sh's layout: one directory per seed), else the directory name."""
     base = os.path.basename(os.path.normpath(run))
-    return os.path.basename(os.path.dirname(os.path.normpath(run))) if re.fullmatch(r"s\d+", base) else base
+    return os.path.basename(os.path.dirname(os.path.abspath(run))) if re.fullmatch(r"s\d+", base) else base
 
 
 def run_label(run):
@@ -535,8 +539,9 @@ def table(runs):
         groups[(env_label(c), c.get("preset"), data)].append(s)
     out = [f"note: these runs come from {len(groups)} different (environment, preset, data) settings; "
            "one table each, never mixed"] if len(groups) > 1 else []
-    ci_note = ("\n[lo–hi]: 95 % Wilson interval of the row's games pooled over its seeds (none for runs logged "
-               "before success counts were)")
+    ci_note = ("\n[lo–hi]: 95 % Wilson interval of the row's final-eval games pooled over its seeds. Every seed plays "
+               "the same games, so it covers their binomial noise only, not seed-to-seed spread. Runs logged before "
+               "success counts were have none.")
     for (env, preset, data), ss in groups.items():
         rows = collections.defaultdict(list)
         for s in ss:
@@ -569,11 +574,12 @@ def table(runs):
             out.append(ci_note)
         types = sorted({t for s in ss for c in s["final"].get("counts", {}).values() for t in c["per_type"]})
         if len(types) > 1:  # per task type: the pooled games of each row
-            out.append("\n| method | task type | " + " | ".join(f"{k} (won / games)" for k in sets[:4]) + " |")
-            out.append("|---|---|" + "---|" * len(sets[:4]))
+            succ = [k for k in sets if not k.endswith("_score")]
+            out.append("\n| method | task type | " + " | ".join(f"{k} (won / games)" for k in succ) + " |")
+            out.append("|---|---|" + "---|" * len(succ))
             for label, rs in sorted(rows.items(), key=lambda kv: (order.get(kv[0], (99, 0)), kv[0])):
-                for t in types:
-                    out.append(f"| {label} | {t} | " + " | ".join(pooled_ci(rs, k, t) for k in sets[:4]) + " |")
+                for t in types if all("counts" in r["final"] for r in rs) else []:
+                    out.append(f"| {label} | {t} | " + " | ".join(pooled_ci(rs, k, t) for k in succ) + " |")
     return "\n".join(out).lstrip("\n")
 
 

@@ -5,7 +5,7 @@
 #   bash run_all.sh [--only main|ablations|clusters|sft|released|webshop] [--7b]   # the paper grid (8 GPUs, preset paper)
 #   bash run_all.sh --cpu                     # the same grid at toy scale on a CPU (preset cpu, 2 seeds)
 #   bash run_all.sh --cpu --smoke             # every grid entry for one step on a minimal budget (CI)
-#   bash run_all.sh --cpu --only pick2        # the pick-two regime's comparison (preset cpu_pick2, ~40 min a run)
+#   bash run_all.sh --cpu --only pick2        # the pick-two regime's comparison (preset cpu_pick2), 15 runs
 #
 # A run whose directory holds summary.json (written by train.py when it finishes) is skipped, so the script resumes
 # after an interruption; an unfinished run resumes from its last checkpoint (--resume auto). RUN_ROOT=DIR puts
@@ -45,7 +45,7 @@ case "$ONLY" in ""|main|ablations|clusters|sft|released|webshop|pick2) ;;
 [ "$SMOKE" = 1 ] && [ "$MODE" != cpu ] && { echo "run_all.sh: --smoke goes with --cpu" >&2; exit 2; }
 
 if [ "$MODE" = gpu ]; then
-    SEEDS="0 1 2 3 4"; ROOT=${RUN_ROOT:-runs/paper_grid}; PRESET=paper
+    SEEDS="0 1 2 3 4"; ROOT=${RUN_ROOT:-runs/paper_grid}; PRESET=paper; RESULTS=""
     LAUNCH="torchrun --standalone --nproc_per_node=${NPROC:-8} train.py"
 else
     SEEDS="0 1"; ROOT=${RUN_ROOT:-runs/cpu_grid}; PRESET=cpu; RESULTS=results/cpu/toy
@@ -67,16 +67,23 @@ run() {  # run GROUP NAME FLAGS...: one grid entry for the current seed $s
     N=$((N + 1))
     local cmd=($LAUNCH --preset "$PRESET" --seed "$s" --out_dir "$out" "$@" "${EXTRA[@]}")
     if [ "$DRY" = 1 ]; then echo "${cmd[*]}"; return 0; fi
-    if [ -f "$out/summary.json" ]; then echo "[run_all] done already: $out"; DONE=$((DONE + 1)); return 0; fi
+    if [ -f "$out/summary.json" ]; then  # finished: keep its results if they are not kept yet
+        echo "[run_all] done already: $out"; DONE=$((DONE + 1))
+        [ -f "$RESULTS/$name/s$s/summary.json" ] || keep
+        return 0
+    fi
     local resume=()
     ls -d "$out"/ckpt_* >/dev/null 2>&1 && resume=(--resume auto)
     # a partial run without a checkpoint cannot be continued: start it again (train.py refuses silently reusing it)
     [ ${#resume[@]} = 0 ] && [ -f "$out/log.jsonl" ] && resume=(--overwrite 1)
     echo "[run_all] $(date -u +%H:%M:%S) ${cmd[*]} ${resume[*]}"
     "${cmd[@]}" "${resume[@]}"
-    if [ "$MODE" = cpu ] && [ "$SMOKE" = 0 ]; then
-        mkdir -p "$RESULTS/$name/s$s" && cp "$out/summary.json" "$out/log.jsonl" "$RESULTS/$name/s$s/"
-    fi
+    keep
+}
+
+keep() {  # --cpu: a finished run's summary and log into results/ (the repository keeps them); reads run's locals
+    [ "$MODE" = cpu ] && [ "$SMOKE" = 0 ] || return 0
+    mkdir -p "$RESULTS/$name/s$s" && cp "$out/summary.json" "$out/log.jsonl" "$RESULTS/$name/s$s/"
 }
 
 for s in $SEEDS; do
@@ -131,10 +138,10 @@ for s in $SEEDS; do
     fi
 done
 
-# ---- the pick-two regime (--cpu only; docs/results.md §5): long tasks from a base that rarely wins them, chosen
-#      from the base's and plain GRPO's probes (docs/cpu-demo.md); Agent-G² and GRPO 3 seeds, four schedules 2,
-#      enumeration 1. The run directories are the ones docs/results.md names (runs/cpu_pick2/<method>/s<seed>).
-if [ "$MODE" = cpu ] && [ "$SMOKE" = 0 ]; then
+# ---- the pick-two regime (--cpu --only pick2; docs/results.md §5): long tasks from a base that rarely wins them,
+#      chosen from the base's and plain GRPO's probes (docs/cpu-demo.md); Agent-G² and GRPO 3 seeds, four schedules
+#      2, enumeration 1. The run directories are the ones docs/results.md names (runs/cpu_pick2/<method>/s<seed>).
+if [ "$ONLY" = pick2 ]; then
     PRESET=cpu_pick2 ROOT=${RUN_ROOT:+$RUN_ROOT/pick2} RESULTS=results/cpu/pick2
     ROOT=${ROOT:-runs/cpu_pick2}
     for s in 0 1 2; do
@@ -149,14 +156,12 @@ if [ "$MODE" = cpu ] && [ "$SMOKE" = 0 ]; then
     done
 fi
 
-P2=""; if [ "$MODE" = cpu ] && [ "$SMOKE" = 0 ]; then P2="; pick2: g2 and grpo 0 1 2, enum 0"; fi
-if [ "$DRY" = 1 ]; then echo "# $N runs ($MODE$([ "$SMOKE" = 1 ] && echo ", smoke"), seeds: $SEEDS$P2)"; exit 0; fi
+[ "$ONLY" = pick2 ] && SEEDS="g2 and grpo 0 1 2, fixed linear target_acc binary 0 1, enum 0"
+if [ "$DRY" = 1 ]; then echo "# $N runs ($MODE$([ "$SMOKE" = 1 ] && echo ", smoke"), seeds: $SEEDS)"; exit 0; fi
 echo "[run_all] $N runs, $DONE were done already"
 [ "$SMOKE" = 1 ] && exit 0
-if [ "$MODE" = gpu ]; then DIRS=("$ROOT"); else DIRS=(results/cpu/toy results/cpu/pick2); fi
-for d in "${DIRS[@]}"; do
-    python eval.py table "$d"
-    if ls "$d"/g2/s*/log.jsonl "$d"/grpo/s*/log.jsonl >/dev/null 2>&1; then  # the figure needs both methods' runs
-        python eval.py dynamics "$d"/g2/s* "$d"/grpo/s* --out "$d/dynamics.png"
-    fi
-done
+d=$([ "$MODE" = gpu ] && echo "$ROOT" || echo "$RESULTS")
+python eval.py table "$d"
+if ls "$d"/g2/s*/log.jsonl "$d"/grpo/s*/log.jsonl >/dev/null 2>&1; then  # the figure needs both methods' runs
+    python eval.py dynamics "$d"/g2/s* "$d"/grpo/s* --out "$d/dynamics.png"
+fi

@@ -249,34 +249,39 @@ def test_table_pools_seeds_into_wilson_intervals_per_task_type(tmp_path):
     4 / 10 -> [16.8, 68.7] (p = (k + z²/2) / (n + z²) ± the Wilson half-width, z = 1.96)."""
     from eval import table
 
-    def run(seed, val_counts):
-        d = tmp_path / "g2" / f"s{seed}"
+    def run(seed, val_counts, method="g2"):
+        d = tmp_path / method / f"s{seed}"
         d.mkdir(parents=True)
         counts = {"val": {"won": sum(w for w, _ in val_counts.values()), "n": sum(n for _, n in val_counts.values()),
                           "per_type": {t: list(c) for t, c in val_counts.items()}}}
+        final = {"val": counts["val"]["won"] / counts["val"]["n"]}
         json.dump({"summary": 1, "cfg": {"preset": "cpu", "games": "builtin", "task_types": "a,b", "seed": seed,
                                          "argv": ["train.py"], "git_commit": "abc"},
-                   "final": {"val": counts["val"]["won"] / counts["val"]["n"], "counts": counts}, "evals": [],
+                   "final": {**final, "counts": counts} if method == "g2" else final, "evals": [],
                    "s_per_step": 1.0, "rollouts_per_step": 64.0}, open(d / "summary.json", "w"))
         return str(d)
-    md = table([run(0, {"a": (2, 5), "b": (0, 5)}), run(1, {"a": (2, 5), "b": (1, 5)})])
+    md = table([run(0, {"a": (2, 5), "b": (0, 5)}), run(1, {"a": (2, 5), "b": (1, 5)}),
+                run(0, {"a": (1, 5), "b": (0, 5)}, method="grpo")])  # grpo: logged without counts
     assert "| g2 | 2 | 25.0 ± 5.0 [11–47] |" in md
     assert "| g2 | a | 40.0 [17–69] (4 / 10) |" in md and "| g2 | b | 10.0 [2–40] (1 / 10) |" in md
+    assert "| grpo | 1 | 10.0 ± 0.0 | 1.0 ± 0.0 |" in md and "| grpo | a |" not in md and "Wilson" in md
 
 
 def test_window_table_pools_seeds_per_block_of_steps(tmp_path):
+    """Windows 0-9, 10-49, 50-99, 100-119 for a 120-step run; a 70-step seed beside it (still running). Seed 0 wins
+    every batch, seed 1 none: pooled over records, 50-99 holds 50 of seed 0's steps and 20 of seed 1's -> 50 / 70."""
     from eval import window_table
     runs = []
-    for seed, late in ((0, 0.5), (1, 0.25)):
+    for seed, (steps, success) in enumerate([(120, 1.0), (70, 0.0)]):
         d = tmp_path / "grpo" / f"s{seed}"
         d.mkdir(parents=True)
         with open(d / "log.jsonl", "w") as f:
-            for step in range(12):
-                early = step < 10
-                f.write(json.dumps({"step": step, "success": 0.0 if early else late, "all0": 1.0 if early else 0.5,
-                                    "in_band": 0.0, "all1": 0.0, "mean_r": 0.0, "rollouts_played": 64,
-                                    "t_step": 2.0}) + "\n")
+            for step in range(steps):
+                f.write(json.dumps({"step": step, "success": success, "all0": 1.0 - success, "in_band": 0.0,
+                                    "all1": success, "mean_r": 0.0, "rollouts_played": 64, "t_step": 2.0}) + "\n")
         runs.append(str(d))
     md = window_table(runs).splitlines()
-    assert md[2] == "| grpo | 2 | 0–9 | 0.000 | 100 % | 0 % | 0 % | 0.00 | 64 | 2.0 |"
-    assert md[3] == "| grpo | 2 | 10–11 | 0.375 | 50 % | 0 % | 0 % | 0.00 | 64 | 2.0 |" and len(md) == 4
+    assert md[2:] == ["| grpo | 2 | 0–9 | 0.500 | 50 % | 0 % | 50 % | 0.00 | 64 | 2.0 |",
+                      "| grpo | 2 | 10–49 | 0.500 | 50 % | 0 % | 50 % | 0.00 | 64 | 2.0 |",
+                      "| grpo | 2 | 50–99 | 0.714 | 29 % | 0 % | 71 % | 0.00 | 64 | 2.0 |",
+                      "| grpo | 1 | 100–119 | 1.000 | 0 % | 0 % | 100 % | 0.00 | 64 | 2.0 |"]

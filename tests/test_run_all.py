@@ -65,6 +65,8 @@ def test_pick2_regime_dry_run_gives_each_method_its_seeds():
     assert count == len(lines) == 15 and all(x.startswith("python train.py --preset cpu_pick2 --seed ") for x in lines)
     assert all(re.search(r"--out_dir runs/cpu_pick2/\w+/s\d ", x + " ") for x in lines)
     assert sh("--only", "pick2", "--dry-run").returncode == 2  # the regime is a CPU one
+    toy = grid("--cpu")[2]  # the toy grid leaves the regime out: it runs only when asked for
+    assert len(toy) == 2 * len(grid("--cpu", "--smoke")[0]) and not any("cpu_pick2" in x for x in toy)
 
 
 def policy_acted(run_dir):
