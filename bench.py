@@ -182,8 +182,10 @@ def bench_env(args):
     res = {}
     print("bench.py env: real ALFWorld engine (alfworld + TextWorld PDDL) on the built-in games, ms (mean / p90)")
     print(f"{'':34s} {'load':>15s} {'reset':>15s} {'step':>15s}")
-    for cache in (False, True):
-        env = AlfEnv(cache_translation=cache)
+    rows = [("engine as shipped", False, False), ("with parse/translation caches", True, False),
+            ("... and shallow text-gen contexts", True, True)]  # cumulative: each patch stays for the process
+    for name, cache, shallow in rows:
+        env = AlfEnv(cache_translation=cache, shallow_context=shallow)
         load, reset, step = [], [], []
         for t in tasks[:16]:
             t0 = time.time()
@@ -196,7 +198,6 @@ def bench_env(args):
                 t0 = time.time()
                 env.step(ep, a)
                 step.append(time.time() - t0)
-        name = "with parse/translation caches" if cache else "engine as shipped"
         res[name] = {"load_ms": np.mean(load) * 1e3, "reset_ms": np.mean(reset) * 1e3, "step_ms": np.mean(step) * 1e3}
         print(f"{name:34s} {_stats(load)} {_stats(reset)} {_stats(step)}")
     print("\nexpert-prefix replay (reset + n expert steps, same game, caches on), ms:")

@@ -100,7 +100,7 @@ def _shallow_textgen_context():
 class AlfEnv:
     """PddlEnv + AlfredDemangler + AlfredInfos, as alfworld's AlfredTWEnv builds it, without the gym layer."""
 
-    def __init__(self, cache_translation=True):
+    def __init__(self, cache_translation=True, shallow_context=True):
         _alfworld_env()
         import textworld
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
@@ -108,7 +108,8 @@ class AlfEnv:
         if cache_translation:
             _cache_pddl2sas()
             _cache_textgen_parse()
-            _shallow_textgen_context()
+            if shallow_context:  # False only for bench.py's before/after row (the patches are process-wide)
+                _shallow_textgen_context()
         infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
         self.env = AlfredInfos(AlfredDemangler(PddlEnv(infos), shuffle=False))
         self.gamefile = None
