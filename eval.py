@@ -153,6 +153,12 @@ def window_table(runs):
     return "\n".join(out)
 
 
+def trailing_mean(v, w=10):
+    """[n] -> [n - w + 1]: the mean of each w consecutive values (all of v's mean, once, when it is shorter)."""
+    w = min(w, len(v))
+    return np.convolve(v, np.ones(w), "valid") / w if w else np.asarray(v, dtype=float)
+
+
 def dynamics(runs, path):
     """The training-dynamics figure from log.jsonl: hint-free success (panel, validation; greedy solid, sampled
     dashed), batch success at the scheduled depths, depth (mean ratio, mu_global), group shares, and sigma per
@@ -174,24 +180,29 @@ def dynamics(runs, path):
                 pts = [(e["step"], 100 * e["eval"][k + suffix]) for e in evals if k + suffix in e["eval"]]
                 if pts:
                     a.plot(*zip(*pts), ls, color=c, alpha=alpha, marker="o", ms=4, label=f"{name}{' sampled' if suffix else ''}")
-            a.set_title(f"{title}, hint-free (solid greedy, dashed sampled)")
+            a.set_title(f"{title}, hint-free: greedy, sampled (--)", fontsize=10)
         x = [r["step"] for r in steps]
-        ax[2].plot(x, [100 * (r["success"] or 0) for r in steps], color=c, alpha=alpha, label=name)
-        ax[3].plot(x, [r["mean_r"] for r in steps], color=c, alpha=alpha, label=f"{name} mean r")
-        ax[3].plot(x, [r["mu_global"] for r in steps], ":", color=c, alpha=alpha, label=f"{name} mu_global")
-        for k in range(len(steps[0]["mu_k"]) if steps and steps[0].get("mean_r") else 0):
-            ax[3].plot(x, [r["mu_k"][k] for r in steps], linestyle=["--", "-.", (0, (1, 3)), (0, (5, 1))][k % 4],
+        sm = trailing_mean
+        xs = x[len(x) - len(sm(x)):]  # each point: the mean of the 10 steps up to it
+        hinted = any(r.get("mean_r") for r in steps)  # a run without hints has no depth or sigma to draw
+        ax[2].plot(xs, sm([100 * (r["success"] or 0) for r in steps]), color=c, alpha=alpha, label=name)
+        ax[3].plot(xs, sm([r["mean_r"] or 0 for r in steps]), color=c, alpha=alpha, label=f"{name} mean r")
+        if hinted:
+            ax[3].plot(xs, sm([r["mu_global"] for r in steps]), ":", color=c, alpha=alpha, label=f"{name} mu_global")
+        for k in range(len(steps[0]["mu_k"]) if steps and hinted else 0):
+            ax[3].plot(xs, sm([r["mu_k"][k] for r in steps]), linestyle=["--", "-.", (0, (1, 3)), (0, (5, 1))][k % 4],
                        color=c, alpha=0.5 * alpha, lw=0.8, label=f"{name} mu_k{k}")
         for key, ls in (("in_band", "-"), ("all0", "--"), ("all1", ":")):
-            ax[4].plot(x, [r[key] or 0 for r in steps], ls, color=c, alpha=alpha, label=f"{name} {key}")
-        for k in range(len(steps[0]["sigma_k"]) if steps else 0):
-            ax[5].plot(x, [r["sigma_k"][k] for r in steps], ["-", "--", ":", "-."][k % 4], color=c,
+            ax[4].plot(xs, sm([r[key] or 0 for r in steps]), ls, color=c, alpha=alpha, label=f"{name} {key}")
+        for k in range(len(steps[0]["sigma_k"]) if steps and hinted else 0):
+            ax[5].plot(xs, sm([r["sigma_k"][k] for r in steps]), ["-", "--", ":", "-."][k % 4], color=c,
                        alpha=alpha, label=f"{name} k{k}")
-    titles = [None, None, "batch success at the scheduled depth (%)", "depth: mean r (solid), mu_global (dotted), mu_k (thin)",
-              "groups: in band [0.4, 0.6] (solid), all-0 (dashed), all-1 (dotted)", "sigma per cluster"]
+    titles = [None, None, "batch success % at the scheduled depth", "depth: mean r, mu_global (:), mu_k (thin)",
+              "groups: in band [0.4, 0.6], all-0 (--), all-1 (:)", "sigma per cluster (hinted runs)"]
+    titles = titles[:2] + [t + "; 10-step means" for t in titles[2:]]
     for a, t in zip(ax, titles):
         if t:
-            a.set_title(t)
+            a.set_title(t, fontsize=10)
         a.set_xlabel("step")
         a.grid(alpha=0.3)
     ax[0].set_ylabel("success %")

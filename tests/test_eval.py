@@ -285,3 +285,24 @@ def test_window_table_pools_seeds_per_block_of_steps(tmp_path):
                       "| grpo | 2 | 10–49 | 0.500 | 50 % | 0 % | 50 % | 0.00 | 64 | 2.0 |",
                       "| grpo | 2 | 50–99 | 0.714 | 29 % | 0 % | 71 % | 0.00 | 64 | 2.0 |",
                       "| grpo | 1 | 100–119 | 1.000 | 0 % | 0 % | 100 % | 0.00 | 64 | 2.0 |"]
+
+
+def test_trailing_mean_and_the_figure_on_hinted_and_plain_runs(tmp_path, capsys):
+    from eval import dynamics, trailing_mean
+    assert trailing_mean([1, 2, 3, 4], 2).tolist() == [1.5, 2.5, 3.5] and trailing_mean([1, 2], 10).tolist() == [1.5]
+    runs = []
+    for name, r in (("g2", 0.5), ("grpo", 0.0)):
+        d = tmp_path / name / "s0"
+        d.mkdir(parents=True)
+        with open(d / "log.jsonl", "w") as f:
+            f.write(json.dumps({"step": 0, "eval": {"val": 0.0, "train_panel": 0.25}}) + "\n")
+            for step in range(12):
+                f.write(json.dumps({"step": step, "success": 0.5, "all0": 0.2, "in_band": 0.3, "all1": 0.1,
+                                    "mean_r": r, "mu_global": 0.9, "mu_k": [r, r], "sigma_k": [0.1, 0.2],
+                                    "zero_adv_groups": 1, "groups": 4, "rollouts_played": 64, "t_step": 1.0,
+                                    "update_rel": 1e-3}) + "\n")
+        runs.append(str(d))
+    dynamics(runs, str(tmp_path / "fig.png"))
+    assert (tmp_path / "fig.png").stat().st_size > 10_000
+    out = capsys.readouterr().out
+    assert "| g2/s0 | 0 | 25.0 |" in out and "| grpo | 1 | 10–11 | 0.500 |" in out
