@@ -65,13 +65,13 @@ def in_loop_eval(engine, pool, tok, sets, cfg, step, rank=0, world=1, gather=lam
                                   r["out"], tok, header=f"step {step} {name}{suffix} temperature {temp}")
             got = gather({"won": r["won"], "n": r["n"], "reward": sum(e["score"] for e in r["out"]["episodes"]),
                           "per_type": r["per_type_won"]} if r else {"won": 0, "n": 0, "reward": 0.0, "per_type": {}})
-            res[name + suffix] = sum(x["won"] for x in got) / max(sum(x["n"] for x in got), 1)
+            won, n = sum(x["won"] for x in got), sum(x["n"] for x in got)
             types = sorted({k for x in got for k in x["per_type"]})
-            counts[name + suffix] = {"won": sum(x["won"] for x in got), "n": sum(x["n"] for x in got),
-                                     "per_type": {k: [sum(x["per_type"].get(k, [0, 0])[i] for x in got) for i in (0, 1)]
-                                                  for k in types}}
+            counts[name + suffix] = {"won": won, "n": n, "per_type": {
+                k: [sum(x["per_type"].get(k, [0, 0])[i] for x in got) for i in (0, 1)] for k in types}}
+            res[name + suffix] = won / max(n, 1)
             if cfg.env == "webshop":  # WebShop's second metric, mean raw reward (the paper's score / 100)
-                res[name + suffix + "_score"] = sum(x["reward"] for x in got) / max(sum(x["n"] for x in got), 1)
+                res[name + suffix + "_score"] = sum(x["reward"] for x in got) / max(n, 1)
     return {**res, "counts": counts}
 
 
@@ -170,9 +170,9 @@ def dynamics(runs, path):
     fig, ax = plt.subplots(2, 3, figsize=(15, 7.5))
     ax = ax.ravel()
     methods = list(dict.fromkeys(run_name(r) for r in runs))  # one colour per method; its seeds share it
-    for run in runs:
+    for j, run in enumerate(runs):
         name, c = run_label(run), f"C{methods.index(run_name(run))}"
-        seed_no = sum(run_name(r) == run_name(run) for r in runs[:runs.index(run)])
+        seed_no = sum(run_name(r) == run_name(run) for r in runs[:j])
         alpha = max(0.35, 1.0 - 0.3 * seed_no)  # seeds of one method: the same colour, fainter
         steps, evals = read_log(run)
         for a, (k, title) in zip(ax[:2], EVAL_SETS):
@@ -244,13 +244,10 @@ def panel(engine, pool, tok, tasks, cfg, seeds, temperature, path):
             print(f"[panel] seed {s}: done already ({path})")
             continue
         r = evaluate(engine, pool, tok, tasks, cfg, seed=s, temperature=temperature)
-        by = collections.defaultdict(list)
-        for e, t in zip(r["out"]["episodes"], tasks):
-            by[t["task_type"]].append(int(e["won"]))
         res["seeds"][str(s)] = {"won": r["won"], "n": r["n"], "success": r["success"], "ci95": wilson(r["won"], r["n"]),
                                 "score": r["score"],
-                                "per_type": {k: {"won": sum(v), "n": len(v), "success": sum(v) / len(v),
-                                                 "ci95": wilson(sum(v), len(v))} for k, v in sorted(by.items())},
+                                "per_type": {k: {"won": w, "n": m, "success": w / m, "ci95": wilson(w, m)}
+                                             for k, (w, m) in r["per_type_won"].items()},
                                 "invalid": r["invalid"]}
         json.dump(res, open(path + ".tmp", "w"), indent=1)
         os.replace(path + ".tmp", path)
@@ -567,8 +564,9 @@ def table(runs):
                                                     for k in sets) +
                    " | s/step | rollouts/step | flags | commits |")
         out.append("|---|---|" + "---|" * len(sets) + "---|---|---|---|")
+        ordered = sorted(rows.items(), key=lambda kv: (order.get(kv[0], (99, 0)), kv[0]))
         last = None
-        for label, rs in sorted(rows.items(), key=lambda kv: (order.get(kv[0], (99, 0)), kv[0])):
+        for label, rs in ordered:
             if part.get(label, "other runs") != last:
                 last = part.get(label, "other runs")
                 out.append(f"| *{last}* |" + " |" * (len(sets) + 5))
@@ -588,7 +586,7 @@ def table(runs):
             succ = [k for k in sets if not k.endswith("_score")]
             out.append("\n| method | task type | " + " | ".join(f"{k} (won / games)" for k in succ) + " |")
             out.append("|---|---|" + "---|" * len(succ))
-            for label, rs in sorted(rows.items(), key=lambda kv: (order.get(kv[0], (99, 0)), kv[0])):
+            for label, rs in ordered:
                 for t in types if all("counts" in r["final"] for r in rs) else []:
                     out.append(f"| {label} | {t} | " + " | ".join(pooled_ci(rs, k, t) for k in succ) + " |")
     return "\n".join(out).lstrip("\n")
@@ -600,8 +598,8 @@ def pooled_ci(rs, k, task_type=None):
     c = [r["final"].get("counts", {}).get(k) for r in rs]
     if not c or any(x is None for x in c):
         return ""
-    won, n = (sum(x[i] for x in c) for i in ("won", "n")) if task_type is None else \
-        (sum(x["per_type"].get(task_type, [0, 0])[i] for x in c) for i in (0, 1))
+    pairs = [(x["won"], x["n"]) if task_type is None else x["per_type"].get(task_type, (0, 0)) for x in c]
+    won, n = sum(w for w, _ in pairs), sum(m for _, m in pairs)
     if n == 0:
         return ""
     lo, hi = wilson(won, n)
