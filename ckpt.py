@@ -12,6 +12,7 @@
 The caller gathers the full (unsharded) weights and optimizer state first; these functions only touch the disk
 and the process RNGs, so DDP, FSDP and single-process runs share them.
 """
+import dataclasses
 import json
 import os
 import random
@@ -77,6 +78,21 @@ def trim_log(path, step, final=False):
     keep = [x for x, r in zip(lines, recs) if r["step"] < step or ("eval" in r and r["step"] == step and not final)]
     with open(path, "w") as f:
         f.writelines(keep)
+
+
+# bookkeeping a resumed run may change without changing what it trains: never reported by changed_flags
+RESUME_FREE = {"argv", "git_commit", "resume", "overwrite", "steps", "num_workers", "ckpt_every", "keep_ckpts",
+               "wandb", "vllm_log", "cache_dir"}
+
+
+def changed_flags(path, cfg):
+    """The flags whose value differs from the ones checkpoint `path` was trained with: ["lr: 0.0001 -> 0.0005", ...].
+    A resumed run with other flags trains a different experiment from its checkpoint on; train.py warns."""
+    f = os.path.join(path, "config.json.run")
+    if not os.path.exists(f):
+        return []
+    old, new = json.load(open(f)), json.loads(json.dumps(dataclasses.asdict(cfg)))  # tuples -> lists, as dumped
+    return [f"{k}: {old[k]!r} -> {new[k]!r}" for k in sorted(set(old) & set(new) - RESUME_FREE) if old[k] != new[k]]
 
 
 def load(resume, out_dir, tie_word_embeddings, weights=True):

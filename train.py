@@ -236,6 +236,8 @@ if cfg.resume:
     engine.load_weights(engine_weights())
     if master:
         print(f"[resume] {path}: continuing at step {start_step}")
+        for change in ckpt.changed_flags(path, cfg):  # a silent change would splice two experiments into one run
+            print(f"[resume] warning: the checkpoint was trained with other flags, {change}")
 
 if master:
     os.makedirs(cfg.out_dir, exist_ok=True)

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, Qwen2Config
 
 import ckpt
-from config import get_config
+from config import dump, get_config
 
 
 class Tok:  # the tokenizer's only role here: write its files next to the weights
@@ -104,3 +104,16 @@ def test_trim_log_drops_what_a_crash_logged_past_the_checkpoint(tmp_path):
     ckpt.trim_log(str(log), 4, final=True)
     assert [json.loads(x) for x in log.read_text().splitlines()] == recs[:5]
     ckpt.trim_log(str(tmp_path / "missing.jsonl"), 4)  # a fresh out_dir: nothing to trim, no error
+
+
+def test_changed_flags_names_what_a_resume_changes(tmp_path):
+    cfg = get_config(["--preset", "cpu", "--lr", "1e-4", "--steps", "10"])
+    os.makedirs(tmp_path / "ckpt_000005")
+    assert ckpt.changed_flags(str(tmp_path / "ckpt_000005"), cfg) == []  # an old checkpoint without the file
+    dump(cfg, str(tmp_path / "ckpt_000005" / "config.json.run"))
+    # more steps and another worker count continue the same experiment; a new lr or scheduler does not
+    same = get_config(["--preset", "cpu", "--lr", "1e-4", "--steps", "20", "--num_workers", "1"])
+    assert ckpt.changed_flags(str(tmp_path / "ckpt_000005"), same) == []
+    other = get_config(["--preset", "cpu", "--lr", "5e-4", "--steps", "10", "--scheduler", "none"])
+    assert ckpt.changed_flags(str(tmp_path / "ckpt_000005"), other) == ["lr: 0.0001 -> 0.0005",
+                                                                      "scheduler: 'g2' -> 'none'"]
