@@ -308,7 +308,8 @@ for step in bar:
             break
         redraws += 1
         plan = sched.depths(sched_tasks, step, probe)
-    t_sched = time.time() - t_sched - prober.stats.get("t_total", 0.0)
+    t_probe = prober.stats.get("t_total", 0.0)  # probe schedulers play their groups here, not in step 2
+    t_sched = time.time() - t_sched - t_probe
     # 2. rollouts of this rank's shard (probe groups already played are reused, not replayed)
     t1 = time.time()
     if cfg.mode in ("sft_full", "sft_prefix"):  # SFT baselines: expert rows only, no policy play
@@ -391,7 +392,7 @@ for step in bar:
                "sync_err": sync_err, "rank_param_spread": max(c[0] for c in consist) - min(c[0] for c in consist),
                "sched_same_on_ranks": len({c[1] for c in consist}) == 1,
                "t_rollout": t_roll, "t_gen": st[0].get("t_gen", 0.0), "t_env": st[0].get("t_env", 0.0),
-               "t_train": t_train, "t_sync": t_sync, "t_sched": t_sched, "t_step": time.time() - t0,
+               "t_probe": t_probe, "t_train": t_train, "t_sync": t_sync, "t_sched": t_sched, "t_step": time.time() - t0,
                "mem_peak_gb": torch.cuda.max_memory_allocated() / 2**30 if use_cuda else None}
         log.write(json.dumps(rec, default=_jsonable) + "\n")
         log.flush()
@@ -404,7 +405,7 @@ for step in bar:
                   f"1s {fmt(rec['all1'])} | pg {rec.get('pg', 0):+.4f} aux {rec.get('aux', 0):.3f} "
                   f"kl {rec.get('kl', 0):.4f} clip {rec['clipfrac']:.3f} upd {upd:.1e} | mu_g {s['mu_global']:.2f} {cl} | n {rec['mean_n']:.1f} | "
                   f"roll {rec['rollouts']}+{rec['probe_rollouts']} tok {rec['tokens']} | "
-                  f"t roll {t_roll:.1f} train {t_train:.1f} sync {t_sync:.2f}s")
+                  f"t probe {t_probe:.1f} roll {t_roll:.1f} train {t_train:.1f} sync {t_sync:.2f}s")
     # 7. evaluation and checkpoints
     if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
         run_eval(step + 1)

@@ -59,10 +59,10 @@ def test_a_couple_of_steps(tmp_path, sched, extra):
         assert r["rollouts_played"] == 4 * 2 + r["probe_rollouts"]
         assert r["sync_err"] is not None and r["sync_err"] < 1e-4  # the engine now scores like the new policy
         assert r["t_sched"] < 0.01 * r["t_step"]
-    if sched == "binary":
-        assert sum(r["probe_rollouts"] for r in recs) > 0
+    if sched == "binary":  # its groups are played as probes: their time is t_probe's, not t_rollout's
+        assert sum(r["probe_rollouts"] for r in recs) > 0 and all(r["t_probe"] > 0 for r in recs)
     else:
-        assert all(r["probe_rollouts"] == 0 for r in recs)
+        assert all(r["probe_rollouts"] == 0 and r["t_probe"] == 0 for r in recs)
     model = json.load(open(os.path.join(tmp_path, "config.json")))["model"]  # the preset's starting model
     before = weights(tiny_path(cache_dir()) if model == "tiny" else os.path.join(ROOT, model))
     after = weights(os.path.join(tmp_path, "ckpt_000002"))
