@@ -570,9 +570,9 @@ def table(runs):
             if part.get(label, "other runs") != last:
                 last = part.get(label, "other runs")
                 out.append(f"| *{last}* |" + " |" * (len(sets) + 5))
-            def ms(v):
+            def ms(v):  # mean ± std over seeds; one seed has no std
                 v = [x for x in v if x == x]
-                return f"{np.mean(v):.1f} ± {np.std(v):.1f}" if v else ""
+                return "" if not v else f"{v[0]:.1f}" if len(v) == 1 else f"{np.mean(v):.1f} ± {np.std(v):.1f}"
             cells = [ms([100 * r["final"][k] for r in rs if k in r["final"]]) + pooled_ci(rs, k) for k in sets]
             flags = sorted({run_flags(r["cfg"]) for r in rs})
             commits = ",".join(sorted({r["cfg"].get("git_commit", "?") for r in rs}))
