@@ -198,7 +198,7 @@ def dynamics(runs, path):
             ax[5].plot(xs, sm([r["sigma_k"][k] for r in steps]), ["-", "--", ":", "-."][k % 4], color=c,
                        alpha=alpha, label=f"{name} k{k}")
     titles = [None, None, "batch success % at the scheduled depth", "depth: mean r, mu_global (:), mu_k (thin)",
-              "groups: in band [0.4, 0.6], all-0 (--), all-1 (:)", "sigma per cluster (hinted runs)"]
+              "groups: in band [0.4, 0.6], all-0 (--), all-1 (:)", "sigma_k of hinted runs: k0, k1 (--), k2 (:)"]
     titles = titles[:2] + [t + "; 10-step means" for t in titles[2:]]
     for a, t in zip(ax, titles):
         if t:
@@ -206,9 +206,11 @@ def dynamics(runs, path):
         a.set_xlabel("step")
         a.grid(alpha=0.3)
     ax[0].set_ylabel("success %")
-    ax[0].legend(fontsize=7)
-    ax[2].legend(fontsize=7)
-    fig.tight_layout()
+    # one legend for the figure, one entry per run (the batch-success lines): per-panel legends of a 14-run grid
+    # cover the curves; line styles are named in each panel's title
+    handles, labels = ax[2].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center right", fontsize=7)
+    fig.tight_layout(rect=(0, 0, 0.9, 1))
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=100)
     print(eval_table(runs))
