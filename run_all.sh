@@ -24,7 +24,7 @@
 # x ~25 min is ~20 hours before enumeration: the --cpu grid resumes, so it can be run in parts.
 # Measured pick-two scale (--only pick2, 2-core CPU, docs/results.md §5): one 150-step run takes 18-24 minutes, binary
 # search 34-37 (~52 probe rollouts per step on top of the 64). Enumeration plays ~750 rollouts per step (every depth
-# 0..L-1 of each task, 4 each): by the per-rollout cost of the schedule runs, 1.7-2.2 hours for its rollouts alone.
+# 0..L-1 of each task, 4 each): its first 51 steps took 73 s each (61-92), ~3 hours for 150 before evaluations.
 # --cpu --smoke (CI): 24 one-step runs at --max_steps 15 (the policy acts after the hint), 189 s for the whole
 # test (grid + resume check, 2-core CPU, 2026-12-01); 337 s measured earlier at --max_steps 4.
 set -euo pipefail
