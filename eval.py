@@ -572,14 +572,13 @@ def table(runs):
             if part.get(label, "other runs") != last:
                 last = part.get(label, "other runs")
                 out.append(f"| *{last}* |" + " |" * (len(sets) + 5))
-            def ms(v):  # mean ± std over seeds; one seed has no std
-                v = [x for x in v if x == x]
-                return "" if not v else f"{v[0]:.1f}" if len(v) == 1 else f"{np.mean(v):.1f} ± {np.std(v):.1f}"
-            cells = [ms([100 * r["final"][k] for r in rs if k in r["final"]]) + pooled_ci(rs, k) for k in sets]
+            cells = [mean_std([100 * r["final"][k] for r in rs if k in r["final"]]) + pooled_ci(rs, k)
+                     for k in sets]
             flags = sorted({run_flags(r["cfg"]) for r in rs})
             commits = ",".join(sorted({r["cfg"].get("git_commit", "?") for r in rs}))
             out.append(f"| {label} | {len(rs)} | " + " | ".join(cells) +
-                       f" | {ms([r['s_per_step'] for r in rs])} | {ms([r['rollouts_per_step'] for r in rs])} | "
+                       f" | {mean_std([r['s_per_step'] for r in rs])} | "
+                       f"{mean_std([r['rollouts_per_step'] for r in rs])} | "
                        f"`{' / '.join(flags) or '-'}` | {commits} |")
         if any("counts" in s["final"] for s in ss):
             out.append(ci_note)
@@ -592,6 +591,16 @@ def table(runs):
                 for t in types if all("counts" in r["final"] for r in rs) else []:
                     out.append(f"| {label} | {t} | " + " | ".join(pooled_ci(rs, k, t) for k in succ) + " |")
     return "\n".join(out).lstrip("\n")
+
+
+def mean_std(v):
+    """A table cell: mean ± std over seeds, NaNs dropped; one seed shows its value (it has no std)."""
+    v = [x for x in v if x == x]
+    if not v:
+        return ""
+    if len(v) == 1:
+        return f"{v[0]:.1f}"
+    return f"{np.mean(v):.1f} ± {np.std(v):.1f}"
 
 
 def pooled_ci(rs, k, task_type=None):
