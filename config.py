@@ -65,8 +65,9 @@ class Config:
     # ---- model / engine ----
     model: str = F("tiny", "hub id or local HF path; 'tiny' builds the offline tiny model in cache_dir")
     engine: str = F("auto", "rollout engine: vllm | hf | auto (vllm when it imports)")
-    vllm_mem: float = F(0.5, "vLLM gpu_memory_utilization (GPU only)")
-    vllm_kv_gb: float = F(0.0, "vLLM KV cache size in GiB (GPU; overrides vllm_mem's sizing; 0 = use vllm_mem)")
+    vllm_mem: float = F(0.5, "vLLM gpu_memory_utilization (GPU only): the share of the card it may use")
+    vllm_kv_gb: float = F(0.0, "vLLM KV cache in GiB (GPU): 0 = computed from the model for the sequences a rank "
+                          "plays at once (rollout.kv_cache_gb); > 0: that size; < 0: vLLM's own, from vllm_mem")
     vllm_log: str = F("quiet", "quiet: hide vLLM start-up notices that need no action (CPU build: tcmalloc, thread "
                       "binding, Triton; rollout.VLLM_NOISE) | all: every vLLM message")
     vllm_sleep: bool = F(False, "put vLLM to sleep during the update to free GPU memory")
@@ -247,6 +248,9 @@ def validate(cfg):
             raise ValueError(f"--{key} {getattr(cfg, key)!r}: expected one of {allowed}")
     if cfg.group_size < 1 or cfg.batch_tasks < 1 or cfg.steps < 1:
         raise ValueError("--group_size, --batch_tasks and --steps must be >= 1")
+    if cfg.group_size < 2 and cfg.mode == "grpo":
+        raise ValueError(f"--group_size {cfg.group_size}: GRPO needs at least 2 rollouts per task (with one, every "
+                         "group-normalised advantage is 0 and nothing trains)")
     if cfg.K < 1:
         raise ValueError("--K must be >= 1")
     if not 0 <= cfg.fixed_ratio <= 1 or not 0 <= cfg.mu0 <= 1 or not 0 < cfg.cap <= 1:

@@ -3,6 +3,7 @@ loss weights of each aggregation, and the clipped policy loss with the k3 KL. No
 train.py does the micro-batching and the DDP wiring, and tests/test_grpo.py checks each piece on toy inputs.
 
     adv, n_zero = group_advantages(rewards, gid, keep)               # [E] per episode
+    parts = mini_batches(rows, n_mb)                                 # rank-independent PPO mini-batches
     n_zero, n_groups = row_advantages(rows, episodes, "traj")       # the same on train.py's step rows
     opts = trie_options(response_ids, allowed)                        # allowed next tokens per response position
     lp = token_logprobs(logits, targets, options, temperature)        # [b, T] log pi(a_t | s, a_<t)
@@ -67,6 +68,26 @@ def row_advantages(rows, episodes, level):
     return n_zero, len({u["gid"] for u in units if u["eid"] not in err})
 
 
+def mini_batches(rows, n_mb):
+    """The batch's rows cut into n_mb mini-batches (one optimizer step each) so that the cut does not depend on how
+    the tasks are spread over ranks: each group's rows (one task: its episodes' step rows, in order) are split into
+    n_mb near-equal consecutive blocks, and mini-batch j takes block j of every group. A process holding every group
+    and ranks holding some each therefore form the same global mini-batches, and each rank's parts are near-equal.
+    n_mb comes from the global row count: ceil(rows over all ranks / --ppo_mini_batch).
+    rows: dicts with "gid" -> n_mb lists (some may be empty)."""
+    if n_mb == 1:
+        return [list(rows)]
+    by_gid = {}
+    for r in rows:
+        by_gid.setdefault(r["gid"], []).append(r)
+    out = [[] for _ in range(n_mb)]
+    for group in by_gid.values():
+        n = len(group)
+        for j in range(n_mb):
+            out[j] += group[j * n // n_mb:(j + 1) * n // n_mb]
+    return out
+
+
 def lr_at(step, lr, steps, warmup_frac, schedule="cosine"):
     """Learning rate at a step: linear warm-up over max(1, warmup_frac * steps) steps, then cosine to 0 at `steps`
     (or constant)."""
@@ -124,18 +145,39 @@ def token_logprobs(logits, targets, options=None, temperature=1.0):
     return tgt - torch.where(constrained, lse_opt, lse_all)
 
 
-def token_entropy(logits, options=None, temperature=1.0):
-    """Entropy of the distribution that is sampled at each position: softmax(logits / T), restricted and
-    renormalised where options say so (as token_logprobs). logits [b, T, V], options [b, T, K] -> [b, T]."""
-    z = logits.float() / (temperature if temperature > 0 else 1.0)
-    p = torch.softmax(z, -1)
-    h = torch.logsumexp(z, -1) - (p * z).sum(-1)  # [b, T]
+class _EntropyOfLogp(torch.autograd.Function):
+    """H = -sum_v p_v log p_v from log-probabilities logp [..., V] -> [...]. Autograd keeps only logp, which the
+    log_softmax before it keeps anyway; p is recomputed in the backward: dH/dlogp_v = -p_v (logp_v + 1)."""
+
+    @staticmethod
+    def forward(ctx, logp):
+        ctx.save_for_backward(logp)
+        return -(logp.exp() * logp).sum(-1)
+
+    @staticmethod
+    def backward(ctx, grad_h):
+        (logp,) = ctx.saved_tensors
+        return -grad_h[..., None] * logp.exp() * (logp + 1)
+
+
+def token_logprobs_entropy(logits, targets, options=None, temperature=1.0):
+    """token_logprobs, and the entropy of the distribution that is sampled at each position (softmax(logits / T),
+    restricted and renormalised where options say so), from one log_softmax (the entropy bonus of the GPU presets).
+    Apart from the model's own activations, autograd keeps one [b, T, V] fp32 tensor, the log-probabilities, as
+    token_logprobs alone does; the separate paths would keep three (a scaled copy, the softmax, the entropy's
+    copy). logits [b, T, V], targets [b, T], options [b, T, K] (as token_logprobs) -> (lp [b, T], H [b, T])."""
+    z = logits.float() / (temperature if temperature > 0 else 1.0)  # freed after the log_softmax: not saved
+    logp = torch.log_softmax(z, -1)  # [b, T, V]
+    lp = logp.gather(-1, targets[..., None])[..., 0]  # [b, T]
+    h = _EntropyOfLogp.apply(logp)  # [b, T]
     if options is None:
-        return h
-    opt = z.gather(-1, options.clamp(min=0)).masked_fill(options < 0, float("-inf"))  # [b, T, K]
-    q = torch.softmax(opt, -1)
-    h_opt = torch.logsumexp(opt, -1) - (q * opt.masked_fill(options < 0, 0.0)).sum(-1)
-    return torch.where((options >= 0).any(-1), h_opt, h)
+        return lp, h
+    constrained = (options >= 0).any(-1)  # [b, T]
+    opt = logp.gather(-1, options.clamp(min=0)).masked_fill(options < 0, float("-inf"))  # [b, T, K]
+    q_log = opt - torch.logsumexp(opt, -1, keepdim=True)  # log-probs renormalised over the allowed tokens
+    lp_opt = lp - torch.logsumexp(opt, -1)
+    h_opt = -(q_log.exp() * q_log.masked_fill(options < 0, 0.0)).sum(-1)
+    return torch.where(constrained, lp_opt, lp), torch.where(constrained, h_opt, h)
 
 
 def step_rewards(won, invalid, reward_scale, invalid_penalty, level):
@@ -181,7 +223,7 @@ def policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp=None, kl_coef=0.0, ti
       term, for the mismatch between the engine that sampled and the trainer that scores (constant, no gradient).
     dual_clip c > 1 (verl's clip_ratio_c): for a negative advantage the pg term is capped at -A * c, so a token
       whose ratio has run far past 1 + eps cannot dominate the loss. 0 = off.
-    entropy [b, T] (token_entropy) with entropy_coef: - coef * H per token, aggregated like the pg term (verl's
+    entropy [b, T] (token_logprobs_entropy) with entropy_coef: - coef * H per token, aggregated like the pg term (verl's
       entropy_coeff): minimising the loss raises the entropy."""
     ratio = torch.exp(lp - old_lp)  # [b, T]
     a = adv[:, None]  # [b, 1]
@@ -193,8 +235,11 @@ def policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp=None, kl_coef=0.0, ti
     tok = pg
     kl = torch.zeros_like(lp)
     if ref_lp is not None:
-        d = ref_lp - lp
-        kl = torch.exp(d) - d - 1  # k3: unbiased, >= 0
+        # k3, clamped as verl's low_var_kl: the log-ratio to +-20, the estimate to [-10, 10] (no gradient beyond
+        # either clamp) [volcengine/verl verl/trainer/ppo/core_algos.py, kl_penalty_forward; the [-10, 10] clamp
+        # also in ZJU-REAL/Agent-G2 verl/trainer/ppo/core_algos.py, kl_penalty]
+        d = (ref_lp - lp).clamp(-20.0, 20.0)
+        kl = (torch.exp(d) - d - 1).clamp(-10.0, 10.0)  # >= 0
         tok = pg + kl_coef * kl
     ent = torch.zeros_like(lp) if entropy is None else entropy
     tok = tok - entropy_coef * ent

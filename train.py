@@ -40,7 +40,7 @@ check_out_dir(cfg, clear=os.environ.get("RANK", "0") == "0")
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from parallel import all_max, autocast, compute_dtype, init_distributed, local_first  # noqa: E402
+from parallel import all_max, all_sum, autocast, compute_dtype, fsdp2_shard, init_distributed, local_first  # noqa: E402
 
 use_cuda = torch.cuda.is_available() and cfg.device != "cpu"
 ddp, rank, world, local_rank, device = init_distributed(use_cuda)  # LOCAL_RANK -> device, RANK -> data shard
@@ -49,7 +49,7 @@ if use_cuda and cfg.mem_cap_gb > 0:  # e.g. 80 on a 141 GB card: what an 80 GB c
     torch.cuda.set_per_process_memory_fraction(min(1.0, cfg.mem_cap_gb * 2**30 / torch.cuda.mem_get_info()[1]))
 dtype = compute_dtype(cfg.dtype, use_cuda)  # forward passes; the policy's master weights and AdamW stay fp32
 old_from_trainer = cfg.old_logprobs == "trainer" or (cfg.old_logprobs == "auto" and use_cuda)
-from grpo import adamw_update_norm, lr_at, row_advantages  # noqa: E402
+from grpo import adamw_update_norm, lr_at, mini_batches, row_advantages  # noqa: E402
 from learner import Learner  # noqa: E402
 from rollout import Prober, group_successes, make_engine, merge, rollout, seed_all, split_groups, sync_check  # noqa: E402
 
@@ -96,21 +96,19 @@ except (OSError, ValueError) as e:  # a hub id that is not reachable (offline, a
     model_error(cfg.model, e)
 if cfg.grad_ckpt:
     policy.gradient_checkpointing_enable()
-ref = None
-if cfg.kl_coef > 0 and cfg.mode in ("grpo", "aux_only"):
-    ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device).eval().requires_grad_(False)
-model, fsdp = policy, ddp and cfg.parallel == "fsdp"
+model, fsdp, ref = policy, ddp and cfg.parallel == "fsdp", None
+if cfg.kl_coef > 0 and cfg.mode in ("grpo", "aux_only"):  # the reference computes as the policy does (KL 0 at step
+    # 0): FSDP2 casts both to bf16; DDP / one process: fp32 weights under the same autocast (bf16 weights would
+    # keep a bf16 residual stream beside the policy's fp32 one)
+    ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype if fsdp else torch.float32).to(device)
+    ref.eval().requires_grad_(False)
 if ddp and not fsdp:  # gradients reduced in place (no second copy); no buffers to broadcast each forward
     model = torch.nn.parallel.DistributedDataParallel(policy, device_ids=[local_rank] if use_cuda else None,
                                                       gradient_as_bucket_view=True, broadcast_buffers=False)
-elif fsdp:  # FSDP2: shard every decoder layer, then the root; bf16 compute over fp32 shards, fp32 reduce
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
-    for m in [policy] + ([ref] if ref is not None else []):  # the reference is sharded too (7B: 15 GB in bf16)
-        for layer in m.model.layers:
-            fully_shard(layer, mp_policy=mp)
-        fully_shard(m, mp_policy=mp)
-engine = make_engine(cfg, model_path, tok, device, cfg.seed + rank)
+elif fsdp:  # FSDP2: every decoder layer, then the root; the reference too (7B: 15 GB in bf16)
+    fsdp2_shard(policy, ref, dtype)
+seqs = max(-(-cfg.batch_tasks // world) * cfg.group_size, -(-max(len(eval_tasks), len(panel)) // world))
+engine = make_engine(cfg, model_path, tok, device, cfg.seed + rank, seqs)  # seqs: what a rank plays at once
 opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(cfg.beta1, cfg.beta2))
 sched = Scheduler(cfg, [t["id"] for t in train_tasks], [t["L"] for t in train_tasks], seed=cfg.seed)
 
@@ -151,14 +149,13 @@ def update_size():
 
 
 def update(rows, aux):
-    """The batch's optimizer steps. Its step rows, in order, form mini-batches of --ppo_mini_batch global rows
-    (0: one mini-batch), the aux rows are spread over them alike, and each mini-batch's loss is normalised by its
-    own global counts (verl-agent's dp_actor: several optimizer steps per batch). pi_old is fixed for all of them
+    """The batch's optimizer steps: ceil(global rows / --ppo_mini_batch) mini-batches (0: one), each task's step
+    rows and aux rows spread over them in order, each mini-batch's loss normalised by its own global counts
+    (verl's dp_actor: several optimizer steps per batch). pi_old is fixed for all of them
     before the first step. -> (logged parts, summed relative update size, mean grad norm; nan if any non-finite)."""
-    per_rank = -(-cfg.ppo_mini_batch // world) if cfg.ppo_mini_batch else max(len(rows), 1)
-    n_mb = all_max(max(1, -(-len(rows) // per_rank)), ddp)  # every rank takes the same number of optimizer steps
-    k_aux = -(-len(aux) // n_mb)
-    mbs = [(rows[i * per_rank:(i + 1) * per_rank], aux[i * k_aux:(i + 1) * k_aux]) for i in range(n_mb)]
+    n_rows = all_sum(len(rows), ddp)  # the global batch: the same mini-batches on 1 GPU or 8 (grpo.mini_batches)
+    n_mb = max(1, -(-n_rows // cfg.ppo_mini_batch)) if cfg.ppo_mini_batch else 1
+    mbs = list(zip(mini_batches(rows, n_mb), mini_batches(aux, n_mb)))
     # rows with zero advantage and no KL term carry no gradient: no forward pass (they still count in the means)
     keep = (lambda mb: mb) if ref is not None else (lambda mb: [r for r in mb if r["adv"] != 0.0])
     mis, mis_max = [0.0, 0.0, 0.0], 0.0  # engine vs trainer on the sampled tokens: sum |d|, sum k3, tokens; max |d|

@@ -4,7 +4,6 @@
 out_dir = "runs/paper"
 model = "Qwen/Qwen2.5-1.5B-Instruct"
 engine = "vllm"
-vllm_kv_gb = 2.0               # KV cache per rank: 16 sequences x 2.5k tokens x 28 KB = 1.2 GB needed
 games = "official"
 prompt = "full"
 max_steps = 50

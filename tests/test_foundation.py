@@ -27,6 +27,7 @@ def test_help_lists_every_flag():
     (["--no_such_flag", "1"], "unrecognized arguments: --no_such_flag"),
     (["--group_size", "x"], "invalid int value"),
     (["--fixed_ratio", "1.5"], "--fixed_ratio"),
+    (["--group_size", "1"], "--group_size 1: GRPO needs at least 2 rollouts per task"),  # every advantage would be 0
 ])
 def test_bad_config_fails_clearly(args, msg):
     r = run("train.py", *args)

@@ -341,9 +341,13 @@ def test_step_rewards_traj_vs_step_level():
         step_rewards(True, [False], 1.0, 0.0, "episode")
 
 
+def token_entropy(logits, options=None):
+    from grpo import token_logprobs_entropy
+    return token_logprobs_entropy(logits, torch.zeros(logits.shape[:2], dtype=torch.long), options)[1]
+
+
 def test_token_entropy_full_and_restricted():
     """Entropy of the sampled distribution: uniform over V tokens is log V; restricted to K options, log K."""
-    from grpo import token_entropy
     logits = torch.zeros(1, 2, 4)  # two positions, uniform over 4 tokens
     h = token_entropy(logits)
     assert h == pytest.approx(torch.full((1, 2), math.log(4)))  # log 4 = 1.386
@@ -359,7 +363,7 @@ def test_token_entropy_full_and_restricted():
 
 def test_policy_loss_entropy_bonus():
     """loss = pg - coef * sum_t w H_t: with zero advantage only the entropy term is left, and its gradient raises H."""
-    from grpo import policy_loss, token_entropy
+    from grpo import policy_loss
     z = torch.tensor([[[2.0, 0.0, 0.0]]], requires_grad=True)  # one token, a peaked distribution over 3
     lp = torch.log_softmax(z, -1)[..., 0]  # [1, 1]
     H = token_entropy(z)
@@ -368,3 +372,63 @@ def test_policy_loss_entropy_bonus():
     assert loss.item() == pytest.approx(-0.5 * H.item()) and st["entropy"] == pytest.approx(H.item())
     loss.backward()
     assert z.grad[0, 0, 0] > 0  # descending the loss lowers the peaked logit: the distribution flattens
+
+
+def test_mini_batches_cut_each_group_alike_whatever_the_ranks():
+    """grpo.mini_batches: each group's rows in n_mb near-equal consecutive blocks, block j of every group in
+    mini-batch j, so one process and two ranks holding half the groups each form the same global mini-batches."""
+    from grpo import mini_batches
+    rows = [{"gid": g, "k": k} for g, n in ((0, 5), (1, 2), (2, 4), (3, 1)) for k in range(n)]
+    mb = mini_batches(rows, 2)  # group 0: 5 rows -> [0, 2) and [2, 5); 1: [0, 1), [1, 2); 2: [0, 2), [2, 4); 3: -, [0, 1)
+    assert [[(r["gid"], r["k"]) for r in m] for m in mb] == [
+        [(0, 0), (0, 1), (1, 0), (2, 0), (2, 1)],
+        [(0, 2), (0, 3), (0, 4), (1, 1), (2, 2), (2, 3), (3, 0)]]
+    assert mini_batches(rows, 1) == [rows]  # one mini-batch: the rows as they are
+    rank0 = [r for r in rows if r["gid"] in (0, 2)]  # tasks dealt to ranks round-robin, as train.py does
+    rank1 = [r for r in rows if r["gid"] in (1, 3)]
+    for n_mb in (2, 3, 5):
+        single = mini_batches(rows, n_mb)
+        for j, (a, b) in enumerate(zip(mini_batches(rank0, n_mb), mini_batches(rank1, n_mb))):
+            key = lambda r: (r["gid"], r["k"])  # noqa: E731
+            assert sorted(map(key, a + b)) == sorted(map(key, single[j]))
+    assert [len(m) for m in mini_batches(rank0, 3)] == [2, 3, 4]  # group 0: 1, 2, 2 rows; group 2: 1, 1, 2
+
+
+@pytest.mark.parametrize("d, want, moves", [
+    (1.0, math.e - 2.0, True),              # inside both clamps: exp(1) - 1 - 1 = 0.7182818
+    (2.5, math.exp(2.5) - 3.5, True),       # 12.1825 - 3.5 = 8.6825 < 10: still inside
+    (3.0, 10.0, False),                     # exp(3) - 4 = 16.0855: clamped to 10, no gradient
+    (25.0, 10.0, False),                    # log-ratio clamped to 20 first, then the estimate to 10
+    (-30.0, 10.0, False),                   # log-ratio -> -20: exp(-20) + 20 - 1 = 19.0000000: clamped to 10
+    (-5.0, math.exp(-5.0) + 4.0, True),     # 0.0067379 + 4 = 4.0067379
+])
+def test_k3_kl_is_clamped_like_verls_low_var_kl(d, want, moves):
+    """kl = clamp(exp(d) - d - 1, -10, 10) with d = clamp(ref_lp - lp, -20, 20), per token (verl's low_var_kl)."""
+    lp = torch.zeros(1, 1, requires_grad=True)
+    loss, st = policy_loss(lp, lp.detach(), torch.zeros(1), torch.ones(1, 1), torch.ones(1), 0.2,
+                           ref_lp=torch.full((1, 1), d), kl_coef=1.0)
+    assert st["kl"] == pytest.approx(want, rel=1e-6)
+    loss.backward()
+    assert (lp.grad.abs().item() > 0) == moves  # beyond a clamp the KL term pulls no more
+
+
+def test_entropy_from_one_log_softmax_has_the_gradient_of_the_plain_formula():
+    """token_logprobs_entropy's entropy (its own backward: -p (log p + 1)) against H = -sum softmax * log_softmax
+    written out with autograd, on full and trie-restricted positions; and gradcheck in float64."""
+    from grpo import _EntropyOfLogp, token_logprobs_entropy
+    torch.manual_seed(0)
+    z = torch.randn(2, 3, 6, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(_EntropyOfLogp.apply, (torch.log_softmax(z, -1).detach().requires_grad_(),))
+    opts = torch.tensor([[[0, 2], [-1, -1], [5, -1]], [[1, 3], [4, 0], [-1, -1]]])
+    t = torch.tensor([[2, 1, 5], [3, 0, 4]])
+    lp, h = token_logprobs_entropy(z, t, opts, 0.7)
+    zt = z.float() / 0.7
+    full = -(torch.softmax(zt, -1) * torch.log_softmax(zt, -1)).sum(-1)
+    sub = zt.gather(-1, opts.clamp(min=0)).masked_fill(opts < 0, float("-inf"))
+    restricted = -(torch.softmax(sub, -1) * torch.log_softmax(sub, -1).masked_fill(opts < 0, 0.0)).sum(-1)
+    want = torch.where((opts >= 0).any(-1), restricted, full)
+    assert torch.allclose(h, want, atol=1e-6)
+    assert h[0, 2].item() == 0.0  # one allowed token: a forced position carries no entropy
+    g1 = torch.autograd.grad(h.sum(), z, retain_graph=True)[0]
+    g2 = torch.autograd.grad(want.sum(), z)[0]
+    assert torch.allclose(g1, g2, atol=1e-6)

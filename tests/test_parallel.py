@@ -193,3 +193,100 @@ def test_vllm_engine_passes_a_logits_processor_only_when_constrained(fake_llm, m
     assert len(fake_llm) == 2 and len(fake_llm[1]["logits_processors"]) == 1
     assert os.environ["VLLM_USE_V2_MODEL_RUNNER"] == "0"
     assert eng.constrained is True and eng.sleep is False  # no sleep mode without CUDA
+
+
+class _Out:  # one vllm RequestOutput as VLLMEngine.generate reads it
+    def __init__(self, ids):
+        lp = type("Logprob", (), {"logprob": -0.5})()
+        self.outputs = [type("Completion", (), {"token_ids": ids, "logprobs": [{t: lp} for t in ids],
+                                                "finish_reason": "stop"})()]
+
+
+class _RecordingLLM(_FakeLLM):
+    """_FakeLLM that also answers generate (recording the SamplingParams) and sleep / wake_up."""
+    calls = []
+
+    def generate(self, prompts, params, use_tqdm=False):
+        _RecordingLLM.calls.append(("generate", params))
+        return [_Out([5, 6]) for _ in prompts]
+
+    def sleep(self, level):
+        _RecordingLLM.calls.append(("sleep", level))
+
+    def wake_up(self):
+        _RecordingLLM.calls.append(("wake_up",))
+
+
+@pytest.fixture
+def recording_llm(fake_llm, monkeypatch):
+    vllm = pytest.importorskip("vllm")
+    monkeypatch.setattr(vllm, "LLM", _RecordingLLM, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the CUDA path: per-request seeds, sleep mode
+    _RecordingLLM.calls = []
+    return _RecordingLLM.calls
+
+
+def test_request_seeds_stay_inside_int64_for_a_large_run_seed(recording_llm):
+    """--seed 10**6: train.py's rollout seed (seed * 1_000_003 + step * 1009 + rank), times 1000 per turn, times
+    100003 per request passes 2^63 (vLLM V2 keeps request seeds in an int64 array). Every seed is reduced into
+    [0, 2^63): seed63(2^63 + 5) = 5 by hand, and the requests of one call keep distinct seeds."""
+    eng = rollout.VLLMEngine("/m", tok=object(), constrained=False)
+    turn_seed = (10**6 * 1_000_003 + 3 * 1009 + 1) * 1000 + 4  # --seed 10**6, step 3, rank 1, turn 4
+    assert turn_seed * 100003 > 2**63  # what vLLM would be handed without the reduction
+    eng.generate([[1, 2], [3], [4]], 8, 1.0, seed=turn_seed)
+    seeds = [p.seed for p in recording_llm[-1][1]]
+    assert all(0 <= s < 2**63 for s in seeds) and len(set(seeds)) == 3
+    assert rollout.seed63(2**63 + 5) == 5 and rollout.seed63(7) == 7 and rollout.seed63(2**64) == 0
+
+
+def test_vllm_sleep_drops_the_weights_instead_of_copying_them_to_the_host(recording_llm):
+    """--vllm_sleep 1: level 2 (weights and KV cache dropped; the sync rewrites every weight after wake_up), not
+    level 1 (a host copy of the weights every step, 14 GB a rank at 7B)."""
+    eng = rollout.VLLMEngine("/m", tok=object(), constrained=False, sleep=True)
+    assert eng.sleep is True
+    eng.sleep_mode(True)
+    eng.sleep_mode(False)
+    assert recording_llm == [("sleep", 2), ("wake_up",)]
+
+
+def test_kv_cache_is_sized_from_the_model(tmp_path):
+    """KV bytes per token = layers x KV heads x head dim x 2 (K, V) x 2 B (bf16): Qwen2.5-1.5B (28, 2, 128) 28,672;
+    7B (28, 4, 128) 57,344. kv_cache_gb reads the shape from config.json: the tiny model (4 layers, 2 KV heads,
+    head dim 128 / 4 = 32) holds 4 * 2 * 32 * 2 * 2 = 1,024 B a token; 16 sequences of 2,048 tokens: 32 MiB."""
+    from parallel import kv_bytes_per_token
+    from tiny import tiny_path
+    assert kv_bytes_per_token(28, 2, 128) == 28_672 and kv_bytes_per_token(28, 4, 128) == 57_344
+    assert rollout.kv_cache_gb(tiny_path(str(tmp_path)), 16, 2048) == pytest.approx(32 / 1024)
+
+
+def test_fsdp2_reference_is_resharded_after_its_forward(tmp_path):
+    """parallel.fsdp2_shard on a one-rank gloo group: after a forward, the reference's root group (embedding,
+    lm_head) is back to its shards (it never runs the backward that would reshard it), while the policy's root
+    keeps its gathered parameters until its backward (FSDP2's default for a root)."""
+    import socket
+    import subprocess
+    import sys
+    from tiny import tiny_path
+    path = tiny_path(str(tmp_path))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = f"""
+import os, torch, torch.distributed as dist
+from torch.distributed.tensor import DTensor
+from transformers import AutoModelForCausalLM
+from parallel import fsdp2_shard
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{port}", rank=0, world_size=1)
+policy = AutoModelForCausalLM.from_pretrained({str(path)!r}, dtype=torch.float32)
+ref = AutoModelForCausalLM.from_pretrained({str(path)!r}, dtype=torch.float32).eval().requires_grad_(False)
+fsdp2_shard(policy, ref, torch.float32)
+x = torch.tensor([[5, 6, 7]])
+with torch.no_grad():
+    ref(input_ids=x)
+policy(input_ids=x)
+print("SHARDED", isinstance(ref.model.embed_tokens.weight, DTensor), isinstance(policy.model.embed_tokens.weight, DTensor))
+dist.destroy_process_group()
+"""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert "SHARDED True False" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]

@@ -263,3 +263,87 @@ def test_quiet_vllm_drops_only_the_listed_notices():
         assert "libtcmalloc is not found" in VLLM_NOISE[name]
     finally:
         lg.removeHandler(h)
+
+
+def test_entropy_term_keeps_no_extra_vocab_sized_tensor(tiny):
+    """One micro-batch's loss on the tiny model: the bytes autograd saves for the backward (counted once per
+    storage with saved_tensors_hooks), without and with the entropy term. By hand: the log-probs alone keep one
+    fp32 [rows, tokens, vocab] tensor (4 b n V bytes); the entropy from the same log_softmax adds [rows, tokens]
+    tensors only, far below a quarter of one such tensor (a second copy of the logits would add 4 b n V)."""
+    from transformers import AutoModelForCausalLM
+    from grpo import policy_loss
+    from rollout import response_logprobs
+    path, tok = tiny
+    m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    replies = ["<action>look</action>", "<think>go</think><action>go to desk 1</action>", "<action>inventory</action>"]
+    rows = [{"prompt_ids": tok.encode(f"task: put a mug in the sink {i}"),
+             "response_ids": tok.encode(r, add_special_tokens=False) + [tok.eos_token_id]} for i, r in enumerate(replies)]
+    b, n, V = len(rows), max(len(r["response_ids"]) for r in rows), m.config.vocab_size
+
+    def saved_bytes(entropy):
+        kept = {}
+
+        def pack(t):
+            kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = response_logprobs(m, rows, tok.pad_token_id, "cpu", 1.0, entropy)
+            loss, _ = policy_loss(out[0], out[0].detach(), torch.tensor([1.0, -1.0, 0.5]), out[1], torch.full((b,), 0.1),
+                                  0.2, entropy=out[2] if entropy else None, entropy_coef=0.01)
+        loss.backward()  # the saved tensors were what the backward needed
+        return sum(kept.values())
+    vocab_tensor = 4 * b * n * V
+    without, with_entropy = saved_bytes(False), saved_bytes(True)
+    assert without > vocab_tensor  # the counter sees the log-probs' [b, n, V] input (and the model's own)
+    assert with_entropy - without < vocab_tensor / 4, (with_entropy - without, vocab_tensor)
+
+
+def test_hf_engine_samples_the_distribution_the_trainer_scores(tiny, tmp_path):
+    """A model whose generation_config asks for repetition_penalty 1.3 (Qwen2.5-Instruct sets 1.05, top_k 20,
+    top_p 0.8): the HF engine must not apply it. Its greedy replies are the argmax of the trainer's (raw) logits
+    at every position, and its sampled log-probs are the trainer's."""
+    import shutil
+    import json as _json
+    from transformers import AutoModelForCausalLM
+    path, tok = tiny
+    d = tmp_path / "penalised"
+    shutil.copytree(path, d)
+    gc = _json.load(open(d / "generation_config.json"))
+    _json.dump({**gc, "repetition_penalty": 1.3, "top_k": 5, "top_p": 0.5, "do_sample": True},
+               open(d / "generation_config.json", "w"))
+    eng = HFEngine(str(d), tok)
+    model = AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32)
+    prompts = [encode_prompt(tok, f"task: put a {o} in the fridge\nnow: You are in a kitchen.", 256)[0]
+               for o in ("apple", "egg", "mug")]
+    for o, p in zip(eng.generate(prompts, 40, 0.0, seed=0), prompts):
+        x = torch.tensor([p + o["ids"]])
+        with torch.no_grad():
+            logits = model(x).logits[0, len(p) - 1:-1]
+        assert logits.argmax(-1).tolist() == o["ids"]  # a penalty would move some argmax of a repeating reply
+    for o, p in zip(eng.generate(prompts, 24, 1.0, seed=3), prompts):
+        assert torch.tensor(o["logprobs"]) == pytest.approx(teacher_forced(model, p, o["ids"]), abs=1e-4)
+
+
+def test_hf_engine_takes_the_weights_one_at_a_time(tiny):
+    """load_weights consumes its (name, tensor) stream lazily, as the vLLM sync does (under FSDP each tensor is
+    gathered for its copy alone), and refuses a stream that leaves a tensor out."""
+    from transformers import AutoModelForCausalLM
+    path, tok = tiny
+    eng = HFEngine(path, tok)
+    src = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    with torch.no_grad():
+        for p in src.parameters():
+            p.add_(1.0)
+    order = []
+
+    def stream():
+        prev = None
+        for k, v in src.state_dict().items():
+            if prev is not None:  # the engine copied the previous tensor before asking for this one
+                order.append(torch.equal(eng.tensors[prev], src.state_dict()[prev]))
+            prev = k
+            yield k, v
+    eng.load_weights(stream())
+    assert order and all(order)
+    with pytest.raises(KeyError, match="no tensor for"):
+        eng.load_weights(list(src.state_dict().items())[1:])

@@ -93,10 +93,12 @@ def wait_for_step(p, log, step):
 
 
 def test_ddp_two_ranks_match_single_process(tmp_path):
-    """2 ranks = 1 process on the same global batch; SIGTERM to rank 1 alone stops both ranks after the same step
+    """2 ranks = 1 process on the same global batch, with PPO mini-batches smaller than the batch (so several
+    optimizer steps a batch, cut from the global rows); SIGTERM to rank 1 alone stops both ranks after the same step
     with one checkpoint, and the run resumes from it."""
-    # greedy rollouts make the episodes independent of how tasks are split over ranks
-    common = ["--steps", "3", "--temperature", "0", "--ckpt_every", "0", "--engine", "vllm"]
+    # greedy rollouts make the episodes independent of how tasks are split over ranks; 4 tasks x 2 rollouts x up to
+    # 8 steps: up to 64 rows a batch, so 12 rows a mini-batch takes several optimizer steps
+    common = ["--steps", "3", "--temperature", "0", "--ckpt_every", "0", "--engine", "vllm", "--ppo_mini_batch", "12"]
     p = train(tmp_path / "ddp", *common, torchrun=2, wait=False)
     wait_for_step(p, tmp_path / "ddp" / "log.jsonl", 0)
     pid = worker_pid(p.pid, 1)
@@ -155,6 +157,9 @@ def check_paper_run(out):
         assert r["tokens"] > 0 and r["mean_n"] < cfg["max_steps"]  # the policy generated, after its prefix
         assert r["ratio_dev"] == 0.0 and r["clipfrac"] == 0.0  # pi_old scored by the trainer itself
         assert r["lp_diff_max"] >= 0 and r["lp_kl"] >= 0 and r["kl"] == r["kl"] and r["stepped"]
+    # step 0, before any update, the policy is the reference: an fp32 reference under the same bf16 autocast
+    # computes exactly what the policy computes (a bf16 reference keeps a bf16 residual stream: KL ~ 1e-3)
+    assert recs[0]["kl"] == 0.0
     before = weights(os.path.join(out, "ckpt_000001"))  # the second step's move (lr 1e-6)
     after = weights(os.path.join(out, "ckpt_000002"))
     moved = {k: (after[k] != v).float().mean().item() for k, v in before.items()}  # share of elements that moved
@@ -239,11 +244,52 @@ def test_resume_continues_like_an_uninterrupted_run(tmp_path):
 
 
 def test_fsdp2_on_cpu_gloo(tmp_path):
-    """--parallel fsdp (torch FSDP2 fully_shard) runs on CPU with gloo: full weights reach every rank's engine."""
+    """--parallel fsdp (torch FSDP2 fully_shard) runs on CPU with gloo in bf16 with a KL reference: full weights
+    reach every rank's engine, and at step 0 the sharded reference computes exactly what the policy computes."""
     from transformers import AutoModelForCausalLM
     train(tmp_path, "--steps", "2", "--parallel", "fsdp", "--engine", "hf", "--eval_games", "-1", "--ckpt_every", "0",
-          torchrun=2)
-    for r in records(tmp_path):
-        assert r["sync_err"] < 1e-4 and r["rank_param_spread"] == 0.0 and r["sched_same_on_ranks"]
-        assert r["aux"] == r["aux"] and r["rollouts"] == 8
+          "--kl_coef", "0.01", "--dtype", "bfloat16", "--old_logprobs", "trainer", torchrun=2)
+    recs = records(tmp_path)
+    for r in recs:
+        assert r["sync_err"] < 1e-1 and r["rank_param_spread"] == 0.0 and r["sched_same_on_ranks"]  # bf16 scoring
+        assert r["aux"] == r["aux"] and r["rollouts"] == 8 and r["lp_diff_max"] >= 0
+    assert recs[0]["kl"] == 0.0  # FSDP2 casts the policy's fp32 shards and the reference's to the same bf16
     AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt_000002")  # a full HF checkpoint, not shards
+
+
+def test_fsdp2_vllm_reference_checkpointing_mini_batches_and_resume(tmp_path):
+    """The 7B path on CPU: 2 ranks under FSDP2 with vLLM engines fed one gathered parameter at a time
+    (full_tensor into reload_weights), a sharded KL reference (with its padding passes), gradient checkpointing and
+    PPO mini-batches; SIGTERM after step 0, then --resume auto ends where an uninterrupted run ends, and both end
+    where one process ends on the same global batch (greedy rollouts: the same episodes however tasks are split)."""
+    common = ["--steps", "3", "--engine", "vllm", "--kl_coef", "0.01", "--grad_ckpt", "1", "--ppo_mini_batch", "12",
+              "--temperature", "0", "--eval_games", "-1", "--ckpt_every", "0"]
+    train(tmp_path / "single", *common)
+    common += ["--parallel", "fsdp"]
+    train(tmp_path / "full", *common, torchrun=2)
+    p = train(tmp_path / "cut", *common, torchrun=2, wait=False)
+    wait_for_step(p, tmp_path / "cut" / "log.jsonl", 0)
+    os.kill(worker_pid(p.pid, 0), signal.SIGTERM)
+    out, _ = p.communicate(timeout=600)
+    assert "[rank 0: signal 15]" in out, out[-3000:]
+    k = int(sorted(d for d in os.listdir(tmp_path / "cut") if d.startswith("ckpt_"))[0].split("_")[1])
+    assert 1 <= k < 3
+    train(tmp_path / "cut", *common, "--resume", "auto", torchrun=2)
+    full, cut = records(tmp_path / "full"), records(tmp_path / "cut")
+    assert [r["step"] for r in cut] == [0, 1, 2]
+    for a, b in zip(full, cut):
+        assert a["sync_err"] < 1e-4 and b["sync_err"] < 1e-4  # each engine scores like the synced policy
+        assert a["rank_param_spread"] == 0.0 and b["sched_same_on_ranks"]
+        for key in ("success", "mean_n", "mu_global", "tokens"):
+            assert a[key] == b[key], (key, a["step"])
+        for key in ("pg", "kl", "aux", "update_rel"):
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-7), (key, a["step"])
+    assert max(r["kl"] for r in full) > 0  # the reference is scored (and the policy moves away from it)
+    wa, wb = weights(tmp_path / "full" / "ckpt_000003"), weights(tmp_path / "cut" / "ckpt_000003")
+    assert max((wa[k] - wb[k]).abs().max().item() for k in wa) < 1e-5
+    single = records(tmp_path / "single")
+    for a, b in zip(full, single):
+        assert a["success"] == b["success"] and a["mean_n"] == b["mean_n"], a["step"]
+        assert a["aux"] == pytest.approx(b["aux"], rel=1e-4) and a["kl"] == pytest.approx(b["kl"], rel=1e-3, abs=1e-8)
+    ws = weights(tmp_path / "single" / "ckpt_000003")
+    assert max((wa[k] - ws[k]).abs().max().item() for k in wa) < 1e-5
