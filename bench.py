@@ -429,7 +429,8 @@ def qwen15_like(out, tok_path):
 
 def bench_gpu(args):
     """Engine construction, engine-vs-trainer log-probs, weight reload, sleep/wake, then train.py's paper preset
-    under torchrun (2 steps, resume 1, 1 step with --vllm_sleep). Prints one table; --json writes it."""
+    under torchrun (2 steps, resume 1, 1 step with --vllm_sleep; on a GPU also one step at one rank's real shape for
+    the peak memory, and with 2+ GPUs 2-rank DDP and FSDP2 runs). Prints one table; --json writes it."""
     import gc
     import subprocess
     import tempfile
@@ -530,11 +531,22 @@ def bench_gpu(args):
         common += ["--mem_cap_gb", "80"]  # the trainer's share as on an 80 GB card
     else:
         common += ["--dtype", "bfloat16"]  # the GPU precision path, as far as the CPU allows
-    runs = [("train 2 steps", ["--steps", "2"], "a"), ("resume +1 step", ["--steps", "3", "--resume", "auto"], "a"),
-            ("1 step, --vllm_sleep 1", ["--steps", "1", "--vllm_sleep", "1"], "b")]
-    for name, extra, run in runs:
+    runs = [("train 2 steps", ["--steps", "2"], "a", 1), ("resume +1 step", ["--steps", "3", "--resume", "auto"], "a", 1),
+            ("1 step, --vllm_sleep 1", ["--steps", "1", "--vllm_sleep", "1"], "b", 1)]
+    if cuda:  # one rank's share of the 8-GPU job: 2 tasks x 8 rollouts, the presets' 4,096 + 512 token budgets and
+        # micro-batch, so peak_gb predicts the real job (the peak is set by a micro-batch and the engine's cache, not
+        # by the number of turns: 4 here, 20 in the job)
+        real = ["--batch_tasks", "2", "--group_size", "8", "--max_new_tokens", "512", "--max_prompt_tokens", "4096",
+                "--max_steps", "4", "--scheduler", "none", "--micro_batch", "8", "--steps", "1"]  # no hint: 4 policy turns
+        runs.append(("1 step, one rank's real shape (peak memory)", real, "c", 1))
+    if cuda and torch.cuda.device_count() >= 2:  # the cross-rank paths on real GPUs
+        runs += [("2 ranks DDP, 2 steps", ["--steps", "2"], "d", 2),
+                 ("2 ranks FSDP2, 2 steps", ["--steps", "2", "--parallel", "fsdp"], "e", 2)]
+    else:
+        rows.append({"phase": "2 ranks DDP / FSDP2", "status": "skipped (needs 2 GPUs)"})
+    for name, extra, run, nproc in runs:
         out = os.path.join(work, run)
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", "train.py",
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "train.py",
                *common, "--out_dir", out, *extra]
         t0 = time.time()
         p = subprocess.run(cmd, cwd=os.path.dirname(os.path.abspath(__file__)), capture_output=True, text=True,
