@@ -29,7 +29,7 @@ CHOICES = {
     "mu_update": ["sign", "deadband", "proportional"],
     "stats_level": ["task", "traj"],
     "prefix_unit": ["action", "token"],
-    "cluster_mode": ["quantile", "balanced", "random", "online"],
+    "cluster_mode": ["quantile", "balanced", "random", "online", "webshop_3"],
     "mode": ["grpo", "aux_only", "sft_full", "sft_prefix"],
     "adv_level": ["traj", "step"],
     "loss_agg": ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "episode"],
@@ -39,6 +39,9 @@ CHOICES = {
     "env": ["alfworld", "webshop"],
     "webshop_backend": ["lite", "official"],
     "webshop_split": ["paper", "authors"],
+    "webshop_setting": ["authors", "human"],
+    "eval_protocol": ["panel", "authors", "both"],
+    "aux_agg": ["token-mean", "prefix-mean"],
     "device": ["auto", "cpu", "cuda"],
     "dtype": ["auto", "float32", "bfloat16"],
     "parallel": ["ddp", "fsdp"],
@@ -83,19 +86,34 @@ class Config:
     webshop_seed: int = F(0, "WebShop-lite: catalogue and goal seed (fixed across run seeds)")
     webshop_split: str = F("paper", "WebShop goal split: paper (test 0-499, eval 500-1499, train 1500+) | authors "
                            "(released code: train 500+, validate on the first 500 goals, duplicates removed)")
-    webshop_demos: str = F("", "WebShop: JSON {goal index: [actions]} of expert demonstrations (default: scripted expert)")
+    webshop_setting: str = F("authors", "WebShop, official backend: authors (their 1,000-product files, synthetic goals) "
+                             "| human (the full catalogue, human goals); lite's generated goals are synthetic")
+    expert_data: str = F("", "expert trajectories in the authors' JSON ({\"trajectories\": [{\"id\", \"actions\", \"think\"}]}): "
+                         "the hints and their thinks; a task without an entry keeps its walkthrough (hints.py)")
     train_split: str = F("train", "split used for training tasks (WebShop: train = goals 1500+)")
-    eval_split: str = F("valid_unseen", "split for hint-free validation (WebShop: eval = goals 500-1499; test 0-499)")
+    eval_split: str = F("valid_unseen", "split(s) for hint-free validation, comma-separated (one: logged as 'val'; "
+                        "several: each under its own name). WebShop: eval = goals 500-1499; test 0-499")
+    eval_protocol: str = F("panel", "panel (every game of each split once, greedy + sampled, every --eval_every) | "
+                           "authors (their draw: --authors_episodes workers, each its own seeded stream of the first "
+                           "split's games, sampled, every --authors_every) | both")
+    authors_every: int = F(5, "the authors' protocol: every this many steps (their test_freq), and before training")
+    authors_episodes: int = F(128, "the authors' protocol: episodes per evaluation, one per seeded worker "
+                              "(their val_data_size)")
+    eval_temperature: float = F(1.0, "temperature of the sampled evaluations (the authors': 0.4)")
     task_types: str = F("", "comma list of ALFWorld task types to keep (empty: all six; WebShop uses every category)")
     train_games: int = F(0, "train on a fixed seeded subset of N games of the split (0 = all)")
     max_steps: int = F(50, "episode step budget; expert-prefix steps count against it")
     history_length: int = F(2, "(observation, action) pairs shown in the prompt")
     prompt: str = F("full", "full (<think> + <action>) | compact (action tag only, short obs, past actions)")
-    max_prompt_tokens: int = F(2048, "prompt budget; longer prompts are truncated from the left")
+    max_prompt_tokens: int = F(2048, "prompt budget; a longer prompt drops its oldest history first, keeping the task "
+                               "and the current observation")
     max_new_tokens: int = F(256, "reply budget per step; a reply that hits it is invalid")
     reward_scale: float = F(1.0, "reward = reward_scale * won - invalid_penalty * invalid steps (released code: 10)")
     invalid_penalty: float = F(0.0, "reward penalty per invalid step (released code: 0.1)")
     constrained: bool = F(False, "constrain decoding to the admissible commands (CPU demo lever)")
+    parse_lower: bool = F(False, "lower-case a reply before reading its action (the authors' projection)")
+    parse_think: bool = F(False, "a reply without <think>...</think>, or with a CJK character, is played but counted "
+                          "invalid (penalised; the authors' projection)")
     num_workers: int = F(2, "environment worker processes")
     fork_prefix: bool = F(True, "ALFWorld: the R rollouts of a group share one replay of the expert prefix (the env "
                           "worker forks after it) instead of R replays: the same episodes, less env time")
@@ -105,7 +123,8 @@ class Config:
     fixed_ratio: float = F(0.5, "ratio for --scheduler fixed")
     step_every: int = F(50, "step decay: one expert action fewer every this many steps")
     K: int = F(3, "number of task clusters")
-    cluster_mode: str = F("quantile", "quantile (paper) | balanced (released) | random | online")
+    cluster_mode: str = F("quantile", "quantile (paper) | balanced (released) | random | online | webshop_3 (the "
+                          "authors' WebShop groups: L <= 4 | 5 | >= 6)")
     recluster_every: int = F(20, "online clusters: re-cluster every this many steps")
     mu0: float = F(0.8, "initial mu_global")
     Delta: float = F(0.1, "mu_global step size")
@@ -147,6 +166,8 @@ class Config:
                        "(needs trainer old log-probs); 0 = off")
     kl_coef: float = F(0.01, "beta: k3 KL to the reference model (0 skips the reference)")
     eta: float = F(0.5, "weight of the teacher-forced aux loss on the prefix rows (0 = no L_aux)")
+    aux_agg: str = F("token-mean", "L_aux over the prefix rows: token-mean (every expert token alike) | prefix-mean "
+                     "(each row's token mean, weight 1/n in its n-step prefix: the authors' prefix SFT)")
     adv_level: str = F("traj", "group-normalise advantages over trajectories (paper) or step rows (released)")
     loss_agg: str = F("token-mean", "token-mean | seq-mean-token-sum | seq-mean-token-mean | episode (grpo.py)")
     micro_batch: int = F(16, "rows per forward/backward micro-batch")
@@ -263,6 +284,12 @@ def validate(cfg):
         raise ValueError("--ppo_mini_batch and --entropy_coef must be >= 0")
     if cfg.max_steps < 1 or cfg.max_new_tokens < 1:
         raise ValueError("--max_steps and --max_new_tokens must be >= 1")
+    if cfg.authors_every < 1 or cfg.authors_episodes < 1:
+        raise ValueError("--authors_every and --authors_episodes must be >= 1")
+    if cfg.cluster_mode == "webshop_3" and cfg.K != 3:
+        raise ValueError(f"--cluster_mode webshop_3 has 3 clusters; got --K {cfg.K}")
+    if cfg.env == "webshop" and cfg.webshop_backend == "lite" and cfg.webshop_setting != "authors":
+        raise ValueError("--webshop_setting human needs --webshop_backend official (lite's goals are synthetic)")
     return cfg
 
 

@@ -1,7 +1,7 @@
 """The runtime environments behind one episode interface, and the pool of worker processes that plays them.
 
     python envs.py stats [--games builtin|official|webshop-lite]        # split sizes + expert lengths
-    python envs.py webshop-doctor                                       # what an official WebShop setup lacks
+    python envs.py webshop-doctor [--setting authors|human]             # what an official WebShop setup lacks
     python envs.py make-games ... | make-builtin                        # ALFWorld game generation (gamegen.py)
 
 The episode interface: `env.reset(game, prefix) -> episode dict` (obs, admissible, won, history, prefix_steps,
@@ -31,6 +31,7 @@ import traceback
 from multiprocessing.connection import Connection
 
 from gamegen import BUILTIN, BUILTIN_TAR, HERE, INVALID_OBS, _alfworld_env, length_table, load_tasks, make_builtin, make_games
+from hints import attach_expert_data, read_expert_file
 from webshop import WEBSHOP_SPLITS, WebShopEnv, load_webshop_tasks, scripted_expert, webshop_doctor
 
 
@@ -387,16 +388,22 @@ def env_spec(cfg):
     if cfg.env == "webshop":  # split: paper | authors (webshop.webshop_split_indices)
         return {"env": "webshop", "backend": cfg.webshop_backend, "seed": cfg.webshop_seed,
                 "products": cfg.webshop_products, "path": os.environ.get("WEBSHOP_PATH", ""),
-                "max_steps": cfg.max_steps, "split": cfg.webshop_split}
+                "max_steps": cfg.max_steps, "split": cfg.webshop_split, "setting": cfg.webshop_setting}
     return {"env": "alfworld", "fork_prefix": cfg.fork_prefix}
 
 
 def tasks_for(cfg, split, verbose=False):
-    """The tasks of a split for the configured environment (ALFWorld games or WebShop goals)."""
+    """The tasks of a split for the configured environment (ALFWorld games or WebShop goals). The training split's
+    hints come from --expert_data where it has an entry (hints.py), else from each task's own walkthrough."""
     if cfg.env == "webshop":
-        return load_webshop_tasks(split, env_spec(cfg), cfg.cache_dir or None, cfg.webshop_demos, verbose)
-    return load_tasks(split, cfg.games, cfg.cache_dir or None, cfg.task_types.split(",") if cfg.task_types else None,
-                      verbose)
+        return load_webshop_tasks(split, env_spec(cfg), cfg.cache_dir or None, cfg.expert_data, verbose)
+    tasks = load_tasks(split, cfg.games, cfg.cache_dir or None, cfg.task_types.split(",") if cfg.task_types else None,
+                       verbose)
+    if cfg.expert_data and split == cfg.train_split:
+        tasks, note = attach_expert_data(tasks, read_expert_file(cfg.expert_data), "alfworld")
+        if verbose:
+            print(note)
+    return tasks
 
 
 def train_subset(tasks, n):
@@ -433,7 +440,9 @@ def main():
     sub.add_parser("make-builtin", help=f"rebuild {os.path.relpath(BUILTIN_TAR, HERE)} ({BUILTIN})")
     s = sub.add_parser("stats", help="split sizes and expert-length distributions")
     s.add_argument("--games", default="builtin", choices=["builtin", "official", "webshop-lite"])
-    sub.add_parser("webshop-doctor", help="check an official WebShop setup ($WEBSHOP_PATH): what is missing")
+    d = sub.add_parser("webshop-doctor", help="check an official WebShop setup ($WEBSHOP_PATH): what each setting lacks")
+    d.add_argument("--setting", default="both", choices=["authors", "human", "both"],
+                   help="authors: their 1,000-product files, synthetic goals; human: the full set, human goals")
     a = ap.parse_args()
     if a.cmd == "make-games":
         t0 = time.time()
@@ -443,10 +452,14 @@ def main():
     elif a.cmd == "make-builtin":
         make_builtin()
     elif a.cmd == "webshop-doctor":
-        checks = webshop_doctor()
-        for ok, what, fix in checks:
-            print(f"[{'ok' if ok else 'MISSING'}] {what}" + (f"\n          fix: {fix}" if fix else ""))
-        sys.exit(0 if all(ok for ok, _, _ in checks) else 1)
+        ok_all = True
+        for setting in (["authors", "human"] if a.setting == "both" else [a.setting]):
+            checks = webshop_doctor(setting=setting)
+            ok_all &= all(ok for ok, _, _ in checks)
+            print(f"--- setting {setting} ({'ready' if all(ok for ok, _, _ in checks) else 'incomplete'})")
+            for ok, what, fix in checks:
+                print(f"[{'ok' if ok else 'MISSING'}] {what}" + (f"\n          fix: {fix}" if fix else ""))
+        sys.exit(0 if ok_all else 1)
     else:
         try:
             if a.games == "webshop-lite":  # every goal of every split through the scripted expert

@@ -48,18 +48,78 @@ def evaluate(engine, pool, tok, tasks, cfg, seed=0, temperature=0.0):
             "invalid": out["stats"]["invalid"] / max(out["stats"]["env_steps"], 1), "out": out}
 
 
+def eval_splits(cfg):
+    """--eval_split's splits, each with the name it is logged under: one split is 'val'; several keep their names."""
+    splits = [x.strip() for x in cfg.eval_split.split(",") if x.strip()]
+    return [("val" if len(splits) == 1 else sp, sp) for sp in splits]
+
+
+def evals_due(cfg, step):
+    """-> (the panel is due, the authors' protocol is due) at this step (it is the step's evaluation, before its
+    training, or the run's end at step == cfg.steps). Both run before training and at the end; the panel every
+    --eval_every steps, the authors' draw every --authors_every (their trainer.test_freq with val_before_train)."""
+    edge = step == 0 or step == cfg.steps
+    panel = cfg.eval_protocol in ("panel", "both") and (edge or bool(cfg.eval_every and step % cfg.eval_every == 0))
+    authors = cfg.eval_protocol in ("authors", "both") and (edge or step % cfg.authors_every == 0)
+    return panel, authors
+
+
+def authors_draw(n_tasks, k, env, episodes=128, seed=1000):
+    """Which tasks the authors' validation number k plays (k = 0: the one before training): task positions, one per
+    episode, repeats possible. Their val_data_size=128 env workers, worker i seeded env.seed + 1000 + i
+    [ZJU-REAL/Agent-G2 agent_system/environments/env_manager.py, make_envs; .../alfworld/envs.py, AlfworldWorker]:
+    - ALFWorld: worker i shuffles the split's games with np.random.RandomState(1000 + i) and plays them in that order,
+      reshuffling the list with the same generator after each pass; validation k is the k-th game of every stream
+      (TextWorld's TextworldBatchGymEnv.seed and textworld/gym/envs/utils.py, shuffled_cycle).
+    - WebShop: one np.random.RandomState(1000) draws 128 distinct goals of the pool per validation and keeps
+      running, so validation k is its (k+1)-th draw (.../webshop/envs.py, WebshopMultiProcessEnv.reset)."""
+    if env == "webshop":
+        rng = np.random.RandomState(seed)
+        for _ in range(k + 1):
+            pick = rng.choice(n_tasks, size=episodes, replace=False)
+        return pick.tolist()
+    out = []
+    for i in range(episodes):
+        rng = np.random.RandomState(seed + i)
+        order = list(range(n_tasks))
+        rng.shuffle(order)
+        for _ in range(k // n_tasks):  # each completed pass reshuffles the list in place
+            rng.shuffle(order)
+        out.append(order[k % n_tasks])
+    return out
+
+
+def authors_index(step, every):
+    """How many of the authors' evaluations came before the one at `step` (at 0, every, 2 every, ..., and the end)."""
+    return 0 if step == 0 else (step - 1) // every + 1
+
+
+def eval_sets(cfg, step, val, panel):
+    """The evaluations due at `step`: [(name, tasks, [(suffix, temperature)])]. val: [(name, tasks)] per eval split;
+    panel: the fixed training tasks. The panel plays every task once, greedy and sampled at --eval_temperature; the
+    authors' protocol plays their draw of the first split's tasks, sampled (their val_kwargs: do_sample, 0.4)."""
+    do_panel, do_authors = evals_due(cfg, step)
+    both = [("", 0.0), ("_sampled", cfg.eval_temperature)]
+    sets = [(name, tasks, both) for name, tasks in val + [("train_panel", panel)] if tasks] if do_panel else []
+    if do_authors and val and val[0][1]:
+        split = eval_splits(cfg)[0][1]
+        tasks = val[0][1]
+        pick = authors_draw(len(tasks), authors_index(step, cfg.authors_every), cfg.env, cfg.authors_episodes)
+        sets.append((f"authors_{split}", [tasks[i] for i in pick], [("_sampled", cfg.eval_temperature)]))
+    return sets
+
+
 def in_loop_eval(engine, pool, tok, sets, cfg, step, rank=0, world=1, gather=lambda x: [x]):
-    """train.py's evaluation: each set ({name: tasks}) hint-free, greedy and sampled at the training temperature,
+    """train.py's evaluation: each set of eval_sets hint-free, at each of its decodings (greedy: temperature 0),
     sharded over ranks (gather: all_gather_object); rank 0 writes a few decoded transcripts per set to
     out_dir/transcripts/. -> {"val": success, "val_sampled": ..., "train_panel": ..., ..., "counts": {"val": {"won",
     "n", "per_type": {type: [won, n]}}, ...}}: the counts give the tables their Wilson intervals."""
     res, counts = {}, {}
-    for name, tasks in sets.items():
-        for suffix, temp in (("", 0.0), ("_sampled", cfg.temperature)):
-            if not tasks:
-                continue
+    for name, tasks, decodes in sets:
+        for suffix, temp in decodes:
             mine = tasks[rank::world]
-            r = evaluate(engine, pool, tok, mine, cfg, seed=10**6 + step, temperature=temp) if mine else None
+            seed = (2 * 10**6 if name.startswith("authors_") else 10**6) + step
+            r = evaluate(engine, pool, tok, mine, cfg, seed=seed, temperature=temp) if mine else None
             if r and rank == 0:
                 write_transcripts(os.path.join(cfg.out_dir, "transcripts", f"step{step:06d}_{name}{suffix}.txt"),
                                   r["out"], tok, header=f"step {step} {name}{suffix} temperature {temp}")
@@ -458,8 +518,8 @@ def dstar_over_steps(results, path):
 # table: finished runs -> Markdown, mean ± std over seeds
 # ---------------------------------------------------------------------------------------------
 def run_summary(run, wall_s=None):
-    """A run directory -> {config, final and per-eval hint-free success (greedy and sampled), rollouts, seconds and
-    rollouts per step, commit, date}. Read from its summary.json when there is one (train.py writes it at the end;
+    """A run directory -> {config, final (the last evaluation) and best (best_evals) hint-free success, every
+    evaluation, rollouts, seconds and rollouts per step, commit, date}. Read from its summary.json when there is one (train.py writes it at the end;
     results/ keeps only these), else computed from config.json + log.jsonl."""
     path = os.path.join(run, "summary.json")
     if wall_s is None and os.path.exists(path):
@@ -469,21 +529,42 @@ def run_summary(run, wall_s=None):
     steps, evals = read_log(run)
     return {"run": run, "cfg": cfg, "git_commit": cfg.get("git_commit", ""), "steps": len(steps),
             "final": evals[-1]["eval"] if evals else {}, "final_step": evals[-1]["step"] if evals else 0,
-            "evals": evals, "rollouts": int(sum(r["rollouts_played"] for r in steps)),
+            "best": best_evals(evals), "evals": evals, "rollouts": int(sum(r["rollouts_played"] for r in steps)),
             "s_per_step": float(np.mean([r["t_step"] for r in steps])) if steps else float("nan"),
             "rollouts_per_step": float(np.mean([r["rollouts_played"] for r in steps])) if steps else float("nan"),
             "wall_s": wall_s, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
+def best_evals(evals):
+    """{key: {"value", "step"}}: each logged success or score at its best evaluation (the earliest of ties), beside
+    the last one: the paper may report either reading."""
+    best = {}
+    for e in evals:
+        for k, v in e["eval"].items():
+            if k != "counts" and v == v and (k not in best or v > best[k]["value"]):
+                best[k] = {"value": v, "step": e["step"]}
+    return best
+
+
+def eval_label(key):
+    """'val' -> 'validation greedy', 'val_sampled' -> 'sampled', 'valid_seen_sampled' -> 'valid_seen sampled'."""
+    if key in ("val", "val_sampled"):
+        return "validation greedy" if key == "val" else "sampled"
+    name = key[:-len("_sampled")] if key.endswith("_sampled") else key
+    return name.replace("train_panel", "train panel") + (" sampled" if key.endswith("_sampled") else " greedy")
+
+
 def end_lines(summary, out_dir):
     """The two lines a training run ends with: hint-free success at its first and last evaluation (greedy and
-    sampled on validation, greedy on the training panel), the wall time, where its files are and the command that
-    draws its figure. summary: run_summary's dict."""
+    sampled on validation, greedy on the training panel; each validation split and the authors' draw where they ran)
+    and at the best one, the wall time, where its files are and the command that draws its figure.
+    summary: run_summary's dict."""
     ev = summary.get("evals") or [{"step": 0, "eval": {}}]
-    a, b = ev[0]["eval"], ev[-1]["eval"]
-    parts = [f"{name} {100 * a[k]:.1f}% -> {100 * b[k]:.1f}%" for k, name in
-             (("val", "validation greedy"), ("val_sampled", "sampled"), ("train_panel", "train panel greedy"))
-             if a.get(k) is not None and b.get(k) is not None]
+    a, b, best = ev[0]["eval"], ev[-1]["eval"], summary.get("best") or {}
+    keys = [k for k in b if k not in ("counts", "train_panel_sampled") and not k.endswith("_score")]
+    parts = [f"{eval_label(k)} {100 * a[k]:.1f}% -> {100 * b[k]:.1f}%" +
+             (f" (best {100 * best[k]['value']:.1f}% at {best[k]['step']})" if k in best else "")
+             for k in keys if a.get(k) is not None and b.get(k) is not None]
     wall = summary.get("wall_s")
     return (f"[done] hint-free success, step {ev[0]['step']} -> {ev[-1]['step']}: " + (" | ".join(parts) or "no eval")
             + (f" | wall {wall / 60:.1f} min" if wall else "") + "\n"
@@ -531,7 +612,7 @@ PAPER_TABLES = [  # run_all.sh's names, grouped like the paper's tables
     ("Table 8: clusters (K = 3 is g2)", ["K1", "K5", "K10", "random"]),
     ("SFT baselines", ["sft_full", "sft_prefix"]),
     ("WebShop (Tables 1-2)", ["ws_g2", "ws_grpo", "ws_fixed", "ws_linear", "ws_cosine", "ws_step", "ws_target_acc",
-                              "ws_binary", "ws_enum"])]
+                              "ws_binary", "ws_enum", "ws_released"])]
 
 
 def table(runs):

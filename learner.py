@@ -91,10 +91,16 @@ class Learner:
         cfg, world = self.cfg, self.world
         if kind == "none":
             return self.token_logprobs(self.model, mb)[0].sum() * 0.0
-        if kind == "aux":  # teacher forcing on the expert prefix: -sum log pi(a*_t | s_t), token mean
-            lp, m = self.token_logprobs(self.model, mb)
+        if kind == "aux":  # teacher forcing on the expert prefix: -sum log pi(a*_t | s_t)
+            lp, m = self.token_logprobs(self.model, mb)  # [b, T]
             w = cfg.eta if cfg.mode == "grpo" else 1.0  # aux_only / SFT: the NLL alone
-            loss = -(lp * m).sum() / max(counts["aux_tokens"], 1) * w * world
+            if cfg.aux_agg == "prefix-mean":  # the authors' prefix SFT: each row's token mean, weight 1/n in its
+                # n-step prefix, normalised by the weights [ZJU-REAL/Agent-G2 verl/workers/actor/dp_actor.py]
+                row_w = torch.tensor([1.0 / r["n"] for r in mb], device=self.device)  # [b]
+                row_mean = (lp * m).sum(-1) / m.sum(-1).clamp(min=1)  # [b]
+                loss = -(row_w * row_mean).sum() / max(counts["aux_weight"], 1e-12) * w * world
+            else:  # token-mean: every expert token of the mini-batch weighs the same
+                loss = -(lp * m).sum() / max(counts["aux_tokens"], 1) * w * world
             parts["aux"] += loss.item() / w / world  # = local sum / global count
             return loss
         lp, m, ent = self.token_logprobs(self.model, mb, True) if cfg.entropy_coef > 0 else \

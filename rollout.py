@@ -4,6 +4,7 @@ interface, the vLLM weight sync, and the rollout loop over the env pool.
     out = rollout(engine, pool, tok, groups, cfg, seed)   # groups: [{"task", "n", "R"}]
     out["rows"]      per-step training rows (prompt ids, response ids, engine log-probs, group/episode/step, valid)
     out["aux"]       one row per expert-prefix step: the prompt the policy would have seen + the expert reply
+                     (with its think where the prompt asks for one), "n" = the prefix's length
     out["episodes"]  won, reward, steps, invalid, error per rollout
     out["stats"]     rollouts, env steps, generated tokens, gen/env/overhead seconds, truncations
 
@@ -14,6 +15,7 @@ import contextlib
 import logging
 import os
 import random
+import re
 import time
 import warnings
 
@@ -57,17 +59,65 @@ def user_message(task, room, history, obs, admissible, step, cfg):
     return "\n".join(lines)
 
 
-def expert_reply(action):
-    """How an expert action is written as a policy reply (aux loss and SFT targets)."""
-    return f"<action>{action}</action>"
+def expert_reply(action, think=None):
+    """An expert action written as a policy reply (aux and SFT targets): the action tag alone, or, where the prompt
+    asks for reasoning first (think is not None: the full prompt), "<think>{think}</think>\n<action>{action}</action>"
+    as the authors render their prefix-SFT targets (an empty think when the expert gave none)
+    [ZJU-REAL/Agent-G2 agent_system/multi_turn_rollout/rollout_loop.py, _build_prefix_sft_batch]."""
+    return f"<action>{action}</action>" if think is None else f"<think>{think}</think>\n<action>{action}</action>"
+
+
+def target_think(task, t, cfg):
+    """The think of expert step t in its target: None (no think tag) under the compact prompt and under constrained
+    decoding (the decoder only allows action tags); else the expert's think, or "" when it has none."""
+    if cfg.prompt != "full" or cfg.constrained:
+        return None
+    thinks = task.get("thinks") or []
+    return thinks[t] if t < len(thinks) else ""
+
+
+def chat_ids(tok, message):
+    """The chat template around one user message, tokenised, with the assistant's turn opened."""
+    ids = tok.apply_chat_template([{"role": "user", "content": message}], add_generation_prompt=True,
+                                  tokenize=True, return_dict=False)
+    return list(ids["input_ids"] if isinstance(ids, dict) else ids)
 
 
 def encode_prompt(tok, message, max_tokens):
-    """Chat-template + tokenize; longer prompts keep their last max_tokens tokens. -> (ids, truncated?)"""
-    ids = tok.apply_chat_template([{"role": "user", "content": message}], add_generation_prompt=True,
-                                  tokenize=True, return_dict=False)
-    ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
+    """chat_ids of a message that keep their last max_tokens tokens. -> (ids, truncated?)"""
+    ids = chat_ids(tok, message)
     return (ids[-max_tokens:], True) if len(ids) > max_tokens else (ids, False)
+
+
+def fit_prompt(tok, task, room, history, obs, admissible, step, cfg):
+    """The prompt of one decision within --max_prompt_tokens. An over-long one shows fewer past steps, the oldest
+    dropped first; the task sentence (its first line) and the current observation always stay. Should the prompt
+    be too long with no history left, its middle goes (the first quarter of the budget and the rest from the end).
+    (The authors truncate from the left, which drops the task first: data.truncation=left.) -> (ids, truncated?)"""
+    first = max(0, len(history) - cfg.history_length) if cfg.prompt == "full" else 0  # what the prompt would show
+    for j in range(first, len(history) + 1):
+        ids = chat_ids(tok, user_message(task, room, history[j:], obs, admissible, step, cfg))
+        if len(ids) <= cfg.max_prompt_tokens:
+            return ids, j > first
+    head = cfg.max_prompt_tokens // 4
+    return ids[:head] + ids[len(ids) - (cfg.max_prompt_tokens - head):], True
+
+
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def read_reply(text, finished, cfg):
+    """-> (the action to play or None, the reply counts as valid). --parse_lower reads the lower-cased reply;
+    --parse_think counts a reply without <think>...</think> or with a CJK character invalid, though its action is
+    played [the authors' projection: agent_system/environments/env_package/webshop/projection.py, and verl-agent's
+    alfworld_projection]."""
+    if cfg.parse_lower and isinstance(text, str):
+        text = text.lower()
+    action = parse_action(text, finished)
+    ok = action is not None
+    if ok and cfg.parse_think:
+        ok = "<think>" in text and "</think>" in text and not CJK.search(text)
+    return action, ok
 
 
 def parse_action(text, finished=True):
@@ -101,11 +151,11 @@ def choice_ids(tok, commands):
             tok.encode(expert_reply(c), add_special_tokens=False) + [tok.eos_token_id] for c in commands]
 
 
-def expert_ids(tok, action):
+def expert_ids(tok, action, think=None):
     """An expert action as reply token ids + EOS (aux loss and SFT targets), tokenised along a path the constrained
     decoder allows: a search's literal start is encoded on its own, as choice_ids has it (a tokenizer may merge
-    '[' with the query's first letters)."""
-    reply, head = expert_reply(action), _free_head()
+    '[' with the query's first letters). think: as expert_reply."""
+    reply, head = expert_reply(action, think), _free_head()
     if reply.startswith(head):
         return tok.encode(head, add_special_tokens=False) + tok.encode(reply[len(head):], add_special_tokens=False) \
             + [tok.eos_token_id]
@@ -407,6 +457,12 @@ def make_engine(cfg, model_path, tok, device, seed, seqs=1):
             name = "hf"
     if name == "vllm":
         max_len = cfg.max_prompt_tokens + cfg.max_new_tokens
+        if os.path.isdir(model_path):  # a clear error before vLLM's own (a hub id is checked by vLLM)
+            from transformers import AutoConfig
+            ctx = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)
+            if ctx and max_len > ctx:
+                raise SystemExit(f"error: --max_prompt_tokens {cfg.max_prompt_tokens} + --max_new_tokens "
+                                 f"{cfg.max_new_tokens} = {max_len} exceeds {model_path}'s context of {ctx} tokens")
         kv = cfg.vllm_kv_gb or (kv_cache_gb(model_path, seqs, max_len) if device != "cpu" else 0.0)
         return VLLMEngine(model_path, tok, seed, "float32" if device == "cpu" else "bfloat16", max_len, cfg.vllm_mem,
                           cfg.vllm_sleep, cfg.constrained, kv, cfg.vllm_log == "quiet")
@@ -426,8 +482,8 @@ def _new_eid():
 
 def rollout(engine, pool, tok, groups, cfg, seed=0):
     """Run every group's R episodes to the end. groups: [{"task": task dict, "n": prefix length, "R": int}]."""
-    st = dict(rollouts=0, env_steps=0, gen_tokens=0, t_gen=0.0, t_env=0.0, truncated=0, invalid=0, errors=0,
-              prefix_steps=0)
+    st = dict(rollouts=0, env_steps=0, gen_tokens=0, t_gen=0.0, t_env=0.0, prompts=0, truncated=0, invalid=0,
+              errors=0, prefix_steps=0)
     t_start = time.time()
     eps = []
     for gid, g in enumerate(groups):
@@ -451,10 +507,11 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
         st["prefix_steps"] += e["steps"]
         if e["gid"] not in aux_done:  # the prefix is shared by the group's R rollouts: one set of aux rows
             aux_done.add(e["gid"])
+            n_prefix = len(r["prefix_steps"])
             for t, (o, adm, a) in enumerate(r["prefix_steps"]):
-                msg = user_message(e["goal"], e["room"], e["history"][:t], o, adm, t, cfg)
-                ids, tr = encode_prompt(tok, msg, cfg.max_prompt_tokens)
-                aux.append({"prompt_ids": ids, "response_ids": expert_ids(tok, a), "gid": e["gid"], "t": t})
+                ids, _ = fit_prompt(tok, e["goal"], e["room"], e["history"][:t], o, adm, t, cfg)
+                aux.append({"prompt_ids": ids, "response_ids": expert_ids(tok, a, target_think(e["task"], t, cfg)),
+                            "gid": e["gid"], "t": t, "n": n_prefix})
         e["done"] = e["won"] or e["steps"] >= cfg.max_steps
     turn = 0
     while True:
@@ -463,9 +520,9 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
             break
         prompts = []
         for e in live:
-            msg = user_message(e["goal"], e["room"], e["history"], e["obs"], e["admissible"], e["steps"], cfg)
-            ids, tr = encode_prompt(tok, msg, cfg.max_prompt_tokens)
+            ids, tr = fit_prompt(tok, e["goal"], e["room"], e["history"], e["obs"], e["admissible"], e["steps"], cfg)
             st["truncated"] += tr
+            st["prompts"] += 1
             prompts.append(ids)
         allowed = [choice_ids(tok, e["admissible"]) for e in live] if cfg.constrained else None
         t0 = time.time()
@@ -475,9 +532,9 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
         for j, (e, p, o) in enumerate(zip(live, prompts, outs)):
             st["gen_tokens"] += len(o["ids"])
             text = tok.decode(o["ids"], skip_special_tokens=True)
-            action = parse_action(text, o["finished"])
+            action, ok = read_reply(text, o["finished"], cfg)
             e["rows"].append({"prompt_ids": p, "response_ids": o["ids"], "logprobs": o["logprobs"], "gid": e["gid"],
-                              "eid": e["eid"], "t": e["steps"], "valid": action is not None, "text": text,
+                              "eid": e["eid"], "t": e["steps"], "valid": ok, "text": text,
                               **({"allowed": allowed[j]} if allowed is not None else {})})
             reqs.append(("step", e["eid"], action if action is not None else ""))
         t0 = time.time()

@@ -50,9 +50,19 @@ case "$ONLY" in ""|main|ablations|clusters|sft|released|webshop|pick2) ;;
 if [ "$MODE" = gpu ]; then
     SEEDS="0 1 2 3 4"; ROOT=${RUN_ROOT:-runs/paper_grid}; PRESET=paper; RESULTS=""
     LAUNCH="torchrun --standalone --nproc_per_node=${NPROC:-8} train.py"
+    # the authors' expert trajectories (their sft_data/, also on their Hugging Face dataset
+    # xiamoent/Agent-G2-ALFWorld-Webshop-sft-data): the hints the paper used, with a think per step
+    EXPERT_DATA=${EXPERT_DATA:-data/sft_data}
+    ALF=(--expert_data "$EXPERT_DATA/alfworld_sft_data.json")
+    if [ "$DRY" = 0 ] && [ ! -f "$EXPERT_DATA/alfworld_sft_data.json" ]; then
+        echo "run_all.sh: no $EXPERT_DATA/alfworld_sft_data.json: put the authors' sft_data/ files there (their" \
+             "repository ZJU-REAL/Agent-G2 or the Hugging Face dataset xiamoent/Agent-G2-ALFWorld-Webshop-sft-data)," \
+             "or set EXPERT_DATA to their folder" >&2
+        exit 2
+    fi
 else
     SEEDS="0 1"; ROOT=${RUN_ROOT:-runs/cpu_grid}; PRESET=cpu; RESULTS=results/cpu/toy
-    LAUNCH="python train.py"
+    LAUNCH="python train.py"; ALF=()
 fi
 EXTRA=()
 if [ "$SMOKE" = 1 ]; then  # one step, tiny budget, HF engine (no vLLM start-up), no evaluation; --max_steps 15 leaves
@@ -68,7 +78,10 @@ run() {  # run GROUP NAME FLAGS...: one grid entry for the current seed $s
     [ -n "$ONLY" ] && [ "$ONLY" != "$group" ] && return 0
     local out="$ROOT/$name/s$s"
     N=$((N + 1))
-    local cmd=($LAUNCH --preset "$PRESET" --seed "$s" --out_dir "$out" "$@" "${EXTRA[@]}")
+    local data=("${ALF[@]}") preset=(--preset "$PRESET")  # ALFWorld's expert data (the GPU grid) and the grid's
+    [[ " $* " == *" --expert_data "* ]] && data=()       # preset, unless the entry names its own
+    [[ " $* " == *" --preset "* ]] && preset=()
+    local cmd=($LAUNCH "${preset[@]}" --seed "$s" --out_dir "$out" "${data[@]}" "$@" "${EXTRA[@]}")
     if [ "$DRY" = 1 ]; then echo "${cmd[*]}"; return 0; fi
     if [ -f "$out/summary.json" ]; then  # finished: keep its results if they are not kept yet
         echo "[run_all] done already: $out"; DONE=$((DONE + 1))
@@ -115,8 +128,11 @@ for s in $SEEDS; do
     # ---- SFT baselines
     run sft sft_full       --mode sft_full
     run sft sft_prefix     --mode sft_prefix
-    # ---- the authors' released-code variant (docs/method.md §2.1)
-    if [ "$MODE" = gpu ]; then run released released --preset released; else run released released_rules \
+    # ---- the authors' released-code variant (docs/method.md §2.1): their launchers at commit e065918
+    if [ "$MODE" = gpu ]; then
+        run released released --preset released
+        run released ws_released --preset released_webshop --expert_data "$EXPERT_DATA/webshop_sft_data.json"
+    else run released released_rules \
         --lam 0.3 --cap 0.8 --mu_update deadband --stats_level traj --sigma_mode fixed --sigma_fixed 0.25 --K 5 \
         --cluster_mode balanced; fi
     # ---- Qwen2.5-7B-Instruct (FSDP2), behind --7b
@@ -127,7 +143,11 @@ for s in $SEEDS; do
     # ---- WebShop (docs/method.md §5): the official environment on the GPU grid (WEBSHOP_PATH, `python envs.py
     #      webshop-doctor`), max 15 steps; on the CPU the offline webshop-lite site (labelled so, never WebShop's)
     #      from its own SFT base (config/cpu_webshop.py; the later --preset wins)
-    if [ "$MODE" = gpu ]; then WS=(--env webshop --webshop_backend official --max_steps 15); else WS=(--preset cpu_webshop); fi
+    #      In the GPU grid: the authors' setting (the paper preset's webshop_setting / webshop_split), their launcher's
+    #      15 steps and mini-batches of 64, validation on their 500 goals, their expert data
+    if [ "$MODE" = gpu ]; then WS=(--env webshop --webshop_backend official --max_steps 15 --ppo_mini_batch 64
+                                   --eval_split eval --expert_data "$EXPERT_DATA/webshop_sft_data.json")
+    else WS=(--preset cpu_webshop); fi
     run webshop ws_g2          "${WS[@]}" --scheduler g2
     run webshop ws_grpo        "${WS[@]}" --scheduler none
     if [ "$MODE" = gpu ]; then

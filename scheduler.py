@@ -132,6 +132,8 @@ def make_clusters(values, K, mode, rng):
         thr = np.quantile(v, [k / K for k in range(1, K)]) if K > 1 else np.zeros(0)
     elif mode == "balanced":  # released code
         thr = np.asarray(balanced_thresholds(v, K))
+    elif mode == "webshop_3":  # the authors' WebShop launcher (difficulty_group_mode=webshop_3): L <= 4 | 5 | >= 6
+        thr = np.asarray([4.0, 5.0])  # [ZJU-REAL/Agent-G2 gmsv/webshop.py, _compute_webshop_three_group_thresholds]
     elif mode == "random":
         return rng.permutation(len(v)) % K, []
     else:

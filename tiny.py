@@ -20,8 +20,9 @@ TAGS = ["<think>", "</think>", "<action>", "</action>"]
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+# max_position_embeddings 8192: the GPU presets' 4,096 + 512 token budgets fit (RoPE: no weights depend on it)
 ARCH = dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-            intermediate_size=384, max_position_embeddings=2048, rope_theta=10000.0, tie_word_embeddings=True)
+            intermediate_size=384, max_position_embeddings=8192, rope_theta=10000.0, tie_word_embeddings=True)
 VOCAB = 2048
 VERSION = 3  # bump when the recipe changes, so caches rebuild
 

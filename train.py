@@ -71,12 +71,13 @@ def gather(obj):
 
 # ------------------------------------------------------------------ tasks + env pool (before any CUDA work)
 from envs import EnvPool, batch_indices, env_spec, tasks_for, train_subset  # noqa: E402
+from eval import end_lines, eval_sets, eval_splits, in_loop_eval, run_summary  # noqa: E402
 from gamegen import length_table  # noqa: E402
 
 train_tasks = train_subset(local_first(lambda: tasks_for(cfg, cfg.train_split, verbose=master), ddp, local_rank),
                            cfg.train_games)  # each node extracts its own cache, once
-eval_tasks = tasks_for(cfg, cfg.eval_split, verbose=master)
-eval_tasks = [] if cfg.eval_games < 0 else eval_tasks[:cfg.eval_games] if cfg.eval_games else eval_tasks
+cut = lambda ts: [] if cfg.eval_games < 0 else ts[:cfg.eval_games] if cfg.eval_games else ts  # noqa: E731
+val_sets = [(name, cut(tasks_for(cfg, split, verbose=master))) for name, split in eval_splits(cfg)]  # [(name, tasks)]
 panel = [train_tasks[i] for i in np.random.default_rng(1234).permutation(len(train_tasks))[:cfg.train_panel]]
 if master:
     print(length_table(train_tasks))
@@ -107,7 +108,8 @@ if ddp and not fsdp:  # gradients reduced in place (no second copy); no buffers 
                                                       gradient_as_bucket_view=True, broadcast_buffers=False)
 elif fsdp:  # FSDP2: every decoder layer, then the root; the reference too (7B: 15 GB in bf16)
     fsdp2_shard(policy, ref, dtype)
-seqs = max(-(-cfg.batch_tasks // world) * cfg.group_size, -(-max(len(eval_tasks), len(panel)) // world))
+n_eval = max([len(ts) for _, ts in val_sets] + [len(panel), cfg.authors_episodes if cfg.eval_protocol != "panel" else 0])
+seqs = max(-(-cfg.batch_tasks // world) * cfg.group_size, -(-n_eval // world))
 engine = make_engine(cfg, model_path, tok, device, cfg.seed + rank, seqs)  # seqs: what a rank plays at once
 opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(cfg.beta1, cfg.beta2))
 sched = Scheduler(cfg, [t["id"] for t in train_tasks], [t["L"] for t in train_tasks], seed=cfg.seed)
@@ -168,11 +170,11 @@ def update(rows, aux):
         ep_tok = {}  # response tokens per episode within the mini-batch (the "episode" aggregation)
         for r in mb:
             ep_tok[r["eid"]] = ep_tok.get(r["eid"], 0) + len(r["response_ids"])
-        c = torch.tensor([sum(ep_tok.values()), len(mb), len(ep_tok), sum(len(r["response_ids"]) for r in amb)],
-                         dtype=torch.float64)
+        c = torch.tensor([sum(ep_tok.values()), len(mb), len(ep_tok), sum(len(r["response_ids"]) for r in amb),
+                          sum(1.0 / r["n"] for r in amb)], dtype=torch.float64)
         if ddp:
             dist.all_reduce(c)
-        counts = dict(zip(("tokens", "rows", "episodes", "aux_tokens"), c.tolist()))
+        counts = dict(zip(("tokens", "rows", "episodes", "aux_tokens", "aux_weight"), c.tolist()))
         opt.zero_grad(set_to_none=fsdp or not ddp)  # DDP: keep the gradients as views of its reduction buckets
         parts = learn.loss_terms(keep(mb), amb, counts, ep_tok)
         finite = all_max(int(parts.pop("finite") < 1), ddp) == 0
@@ -262,9 +264,12 @@ signal.signal(signal.SIGINT, _on_signal)
 
 
 def run_eval(step):
-    """Hint-free evaluation (eval.in_loop_eval: validation + training panel, greedy and sampled, transcripts)."""
-    from eval import in_loop_eval
-    res = in_loop_eval(engine, pool, tok, {"val": eval_tasks, "train_panel": panel}, cfg, step, rank, world, gather)
+    """The hint-free evaluations due at this step (eval.eval_sets: the panel of every validation split and the
+    training panel, greedy and sampled; the authors' draw, sampled), with transcripts; none due: nothing."""
+    sets = eval_sets(cfg, step, val_sets, panel)
+    if not sets:
+        return
+    res = in_loop_eval(engine, pool, tok, sets, cfg, step, rank, world, gather)
     if master:
         print(f"[eval] step {step}: " + "  ".join(f"{k} {100 * v:.1f}%" for k, v in res.items() if k != "counts"))
         log.write(json.dumps({"step": step, "eval": res}) + "\n")
@@ -385,6 +390,7 @@ for step in bar:
                "rollouts_played": sum(x.get("rollouts", 0) for x in st) + sum(x.get("rollouts", 0) for x in pst),
                "tokens": sum(x.get("gen_tokens", 0) for x in st) + sum(x.get("gen_tokens", 0) for x in pst),
                "invalid": sum(x.get("invalid", 0) for x in st), "truncated": sum(x.get("truncated", 0) for x in st),
+               "truncated_share": sum(x.get("truncated", 0) for x in st) / max(sum(x.get("prompts", 0) for x in st), 1),
                "env_errors": sum(x.get("errors", 0) for x in st), "redraws": redraws,
                "sync_err": sync_err, "rank_param_spread": max(c[0] for c in consist) - min(c[0] for c in consist),
                "sched_same_on_ranks": len({c[1] for c in consist}) == 1,
@@ -401,10 +407,10 @@ for step in bar:
         bar.write(f"step {step:4d} | succ {fmt(rec['success'])} band {fmt(rec['in_band'])} 0s {fmt(rec['all0'])} "
                   f"1s {fmt(rec['all1'])} | pg {rec.get('pg', 0):+.4f} aux {rec.get('aux', 0):.3f} "
                   f"kl {rec.get('kl', 0):.4f} clip {rec['clipfrac']:.3f} upd {upd:.1e} | mu_g {s['mu_global']:.2f} {cl} | n {rec['mean_n']:.1f} | "
-                  f"roll {rec['rollouts']}+{rec['probe_rollouts']} tok {rec['tokens']} | "
+                  f"roll {rec['rollouts']}+{rec['probe_rollouts']} tok {rec['tokens']} trunc {rec['truncated_share']:.0%} | "
                   f"t probe {t_probe:.1f} roll {t_roll:.1f} train {t_train:.1f} sync {t_sync:.2f}s")
     # 7. evaluation and checkpoints
-    if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
+    if step + 1 < cfg.steps:
         run_eval(step + 1)
     stopped = all_max(int(stop["flag"]), ddp) > 0  # a signal to any rank stops every rank after the same step
     if stopped or (cfg.ckpt_every and (step + 1) % cfg.ckpt_every == 0) or step + 1 == cfg.steps:
@@ -416,7 +422,6 @@ for step in bar:
 if not stopped:  # the all-reduced decision: a signal arriving after it changes nothing on any rank
     run_eval(cfg.steps)
     if master:  # the run's small record: what run_all.sh keeps and `eval.py table` reads
-        from eval import end_lines, run_summary
         summary = {k: v for k, v in run_summary(cfg.out_dir, wall_s=time.time() - t_start).items() if k != "run"}
         json.dump(summary, open(os.path.join(cfg.out_dir, "summary.json"), "w"), indent=1, default=_jsonable)
         print(end_lines(summary, cfg.out_dir))

@@ -31,6 +31,7 @@ from gamegen import fixed_price, make_catalogue
 # report the raw reward (score in [0, 1]); won = (score == 1). Observations drop the instruction (it is the task).
 # ---------------------------------------------------------------------------------------------
 WEBSHOP_SPLITS = {"test": (0, 500), "eval": (500, 1500), "train": (1500, None)}  # paper: goal indices
+AUTHORS_PRODUCTS = os.path.join("data", "items_shuffle_1000.json")  # --webshop_setting authors: env.webshop.use_small
 SEARCH_ACTION = "search[<query>]"  # the admissible form of a search; the query is free text
 RESULTS_PER_PAGE, SEARCH_K = 10, 50
 COLORS = sorted(["black", "white", "navy", "blue", "red", "grey", "gray", "green", "olive", "pink", "silver", "beige",
@@ -278,7 +279,13 @@ class WebShopEnv:
             # the session key is prefix + goal index, and the page state lives in the shared server under it: every
             # env object (one per concurrent episode) needs its own prefix, or R rollouts of a goal share one page
             _OFFICIAL_SERVER["n"] = _OFFICIAL_SERVER.get("n", 0) + 1
-            self.env = cls(observation_mode="text", num_products=None, human_goals=True,
+            # the authors' setting: their 1,000-product file and synthetic goals (verl-agent's env.webshop.use_small,
+            # human_goals: False [ZJU-REAL/Agent-G2 agent_system/environments/env_manager.py, make_envs]); human: the
+            # catalogue utils.py names (the full set) and WebShop's human instructions
+            human = spec.get("setting", "authors") == "human"
+            files = {} if human else {"file_path": os.path.join(spec.get("path") or os.environ.get("WEBSHOP_PATH", ""),
+                                                                  AUTHORS_PRODUCTS)}
+            self.env = cls(observation_mode="text", num_products=None, human_goals=human, **files,
                            server=_OFFICIAL_SERVER.get("server"), session_prefix=f"g2-{os.getpid()}-{_OFFICIAL_SERVER['n']}-")
             _OFFICIAL_SERVER["server"] = self.env.server
             self.goals = self.env.server.goals
@@ -435,14 +442,14 @@ def webshop_split_indices(goals, name, scheme="paper"):
     return idx
 
 
-def load_webshop_tasks(split, spec, cache=None, demos="", verbose=False, only=None):
+def load_webshop_tasks(split, spec, cache=None, expert_data="", verbose=False, only=None):
     """Tasks of a WebShop split (webshop_split_indices under spec['split'], paper by default: the goal-index
     ranges of WEBSHOP_SPLITS; ALFWorld's valid_* names mean 'eval').
     gamefile = the goal index. Evaluation splits keep every goal of their range (hint-free evaluation needs no
-    walkthrough). The train split keeps the goals with a reward-1 walkthrough: from `demos` (JSON {goal index:
-    [actions]}), else from the scripted expert (for the official backend cached under `cache`, failures included,
-    keyed by the goal list, since playing ~10k goals takes a while). only: a subset of goal indices to keep (a
-    seeded sample, e.g. the contract test on a real install)."""
+    walkthrough). The train split keeps the goals with a hint: the authors' expert entry of the goal's target key
+    (expert_data, hints.py; with its thinks), else a reward-1 walkthrough of the scripted expert (for the official
+    backend cached under `cache`, failures included, keyed by the goal list, since playing ~10k goals takes a
+    while). only: a subset of goal indices to keep (a seeded sample, e.g. the contract test on a real install)."""
     import hashlib
     from config import cache_dir
     name = {"valid_seen": "eval", "valid_unseen": "eval"}.get(split, split)
@@ -456,14 +463,27 @@ def load_webshop_tasks(split, spec, cache=None, demos="", verbose=False, only=No
         idx = [i for i in idx if i in keep]
     if not idx:
         raise ValueError(f"WebShop {spec['backend']}: {len(env.goals)} goals, none in split {name} {lo}..{hi}")
-    walks = {int(k): v for k, v in json.load(open(demos)).items()} if demos else {}
-    path = None
+    walks, path = {}, None
     if spec["backend"] == "official" and name == "train":
         key = hashlib.sha1(json.dumps([(g["asin"], g["instruction_text"]) for g in env.goals]).encode()).hexdigest()
         path = os.path.join(cache or cache_dir(), f"webshop_official_experts_{key[:12]}.json")
         walks = {**({int(k): v for k, v in json.load(open(path)).items()} if os.path.exists(path) else {}), **walks}
+    experts = {}
+    if expert_data and name == "train":  # the goals an entry matches keep it; the others get the scripted expert
+        from hints import attach_expert_data, read_expert_file
+        matched, note = attach_expert_data([{"gamefile": i, "walkthrough": None} for i in idx],
+                                           read_expert_file(expert_data), "webshop",
+                                           key_of=lambda t: goal_target_key(env.goals[t["gamefile"]]))
+        experts = {t["gamefile"]: t for t in matched if t["walkthrough"] is not None}
+        if verbose:
+            print(note)
     tasks = []
     for i in idx:
+        if i in experts:
+            tasks.append({"id": f"webshop-{spec['backend']}/{i}", "gamefile": i,
+                          "task_type": env.goals[i].get("category", "webshop"), "walkthrough": experts[i]["walkthrough"],
+                          "thinks": experts[i]["thinks"], "L": experts[i]["L"]})
+            continue
         if name == "train" and i not in walks:
             try:
                 walk, score = scripted_expert(env, i)
@@ -573,11 +593,12 @@ def webshop_product_asins(path):
     return list(seen)
 
 
-def webshop_doctor(path=""):
-    """Check an official WebShop setup; -> list of (ok, what, fix). Looks at files and versions, imports nothing
-    heavy: the data paths utils.py sets (its uncommented lines), that they exist, that the attribute file covers
-    the product file, the search index's document count against the deduplicated product count (products are
-    streamed, never loaded whole), the spaCy model, and Java against the installed pyserini."""
+def webshop_doctor(path="", setting="authors"):
+    """Check an official WebShop setup for one setting; -> list of (ok, what, fix). Looks at files and versions,
+    imports nothing heavy: the data paths utils.py sets (its uncommented lines), that they exist, that the attribute
+    file covers the setting's product file (authors: data/items_shuffle_1000.json, which the wrapper passes; human:
+    utils.py's DEFAULT_FILE_PATH, the full set), the search index's document count against the deduplicated product
+    count (products are streamed, never loaded whole), the spaCy model, and Java against the installed pyserini."""
     import importlib.util
     from importlib.metadata import PackageNotFoundError, version
     path = path or os.environ.get("WEBSHOP_PATH", "")
@@ -589,6 +610,8 @@ def webshop_doctor(path=""):
     paths = webshop_utils_paths(path)
     rel = lambda p: os.path.relpath(p, path)  # noqa: E731
     for name, what in WEBSHOP_DATA_PATHS.items():
+        if setting == "authors" and name == "DEFAULT_FILE_PATH":
+            continue  # this setting passes its own product file (below)
         if name not in paths:
             if name in WEBSHOP_NEEDED:
                 out.append((False, f"utils.py sets no {name}", "restore web_agent_site/utils.py from the checkout"))
@@ -597,12 +620,16 @@ def webshop_doctor(path=""):
         out.append((ok, f"utils.py {name} -> {rel(paths[name])} ({what})" + ("" if os.path.exists(paths[name])
                                                                               else ", absent"),
                     "" if ok else "run ./setup.sh -d all (Google Drive via gdown), or point utils.py at your files"))
-    prod, attr = paths.get("DEFAULT_FILE_PATH", ""), paths.get("DEFAULT_ATTR_PATH", "")
+    prod = os.path.join(path, AUTHORS_PRODUCTS) if setting == "authors" else paths.get("DEFAULT_FILE_PATH", "")
+    attr = paths.get("DEFAULT_ATTR_PATH", "")
+    if setting == "authors":
+        out.append((os.path.exists(prod), f"{AUTHORS_PRODUCTS} (the 1,000 products of the authors' setting)",
+                    "" if os.path.exists(prod) else "run ./setup.sh -d small (or -d all), which fetches it"))
     asins = webshop_product_asins(prod) if os.path.exists(prod) else None
     if asins is not None:
-        small = os.path.basename(prod) == "items_shuffle_1000.json"
+        small = os.path.basename(prod) == "items_shuffle_1000.json" and setting == "human"
         out.append((True, f"{len(asins)} products after WebShop's deduplication in {rel(prod)}",
-                    "the 1000-product preview; the paper's split needs the full set: setup.sh -d all and point "
+                    "the 1000-product preview; the human setting needs the full set: setup.sh -d all and point "
                     "DEFAULT_FILE_PATH at items_shuffle.json, DEFAULT_ATTR_PATH at items_ins_v2.json" if small else ""))
     if asins is not None and os.path.exists(attr):
         have = {k for k, v in iter_json_items(attr) if isinstance(v, dict) and "attributes" in v}
@@ -610,8 +637,8 @@ def webshop_doctor(path=""):
         out.append((miss == 0, f"attributes for {len(asins) - miss} of {len(asins)} products in {rel(attr)}",
                     "" if miss == 0 else f"the product and attribute files disagree: {miss} products get WebShop's "
                     "placeholder attribute DUMMY_ATTR, which changes the attribute reward and the expert's success; "
-                    "point DEFAULT_ATTR_PATH at the attribute file of DEFAULT_FILE_PATH's set (items_ins_v2.json "
-                    "for items_shuffle.json, items_ins_v2_1000.json for items_shuffle_1000.json)"))
+                    "point DEFAULT_ATTR_PATH at an attribute file that covers the setting's products (items_ins_v2.json "
+                    "covers both sets, items_ins_v2_1000.json the 1,000 only)"))
     # the text env (num_products=None) searches search_engine/indexes, built from resources/documents.jsonl, one
     # line per product that load_products keeps (search_engine/convert_product_file_format.py, run_indexing.sh)
     docs = os.path.join(path, "search_engine", "resources", "documents.jsonl")
@@ -622,9 +649,9 @@ def webshop_doctor(path=""):
                 "" if idx_ok else "cd search_engine && python convert_product_file_format.py && bash run_indexing.sh"))
     if idx_ok and asins is not None:
         out.append((len(asins) == n_docs, f"index documents {n_docs} vs deduplicated products {len(asins)}",
-                    "" if len(asins) == n_docs else "rebuild the index after changing DEFAULT_FILE_PATH (the "
-                    "1000-product index trap): cd search_engine && python convert_product_file_format.py && "
-                    "bash run_indexing.sh"))
+                    "" if len(asins) == n_docs else "rebuild the index from this setting's product file (the index "
+                    "must hold exactly the products the server loads): cd search_engine && python "
+                    "convert_product_file_format.py && bash run_indexing.sh"))
     sm = importlib.util.find_spec("en_core_web_sm") is not None
     out.append((sm, "spaCy model en_core_web_sm (goal.py loads it at import)",
                 "" if sm else "python -m spacy download en_core_web_sm (setup.sh fetches en_core_web_lg instead)"))

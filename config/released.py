@@ -5,25 +5,33 @@ model = "Qwen/Qwen2.5-1.5B-Instruct"
 engine = "vllm"
 games = "official"
 prompt = "full"
-max_steps = 20                 # ALFWorld max 20 steps per episode
+max_steps = 20                 # env.max_steps=20 in the launcher (the yaml's 50 is overridden)
 history_length = 2
-max_prompt_tokens = 4096       # left truncation
+max_prompt_tokens = 4096       # data.max_prompt_length=4096; an over-long prompt drops its oldest history first
 max_new_tokens = 512
 reward_scale = 10.0            # reward = 10 * won - 0.1 * invalid steps
 invalid_penalty = 0.1
+parse_lower = True             # the authors' action projection: a lower-cased reply, the first <action> tag,
+parse_think = True             # and a reply without <think>...</think> counted invalid (still played, penalised)
+webshop_setting = "authors"    # --env webshop: env.webshop.use_small, human_goals: False
+webshop_split = "authors"
 scheduler = "g2"
 K = 5
 cluster_mode = "balanced"      # balanced sizes over sorted unique expert lengths
 lam = 0.3
 cap = 0.8                      # caps mu_global and the sampled ratio
-mu_update = "deadband"         # gmsv.batch_acc_low/high: the ALFWorld launcher keeps the yaml's 0.4 / 0.6
-acc_low = 0.4                  # (the WebShop one sets 0.5 / 0.5: config/released_webshop.py)
-acc_high = 0.6
+# The launcher that matches the paper's method (examples/gmsv_trainer/run_alfworld.sh at commit e065918) adds
+# dynamic sigma, the band 0.5 / 0.5 and prefix SFT at 0.5 to the yaml; the other stored launcher (1df588) does not:
+# --sigma_mode fixed --acc_low 0.4 --acc_high 0.6 --eta 0 gives that one (docs/gpu.md)
+mu_update = "deadband"         # gmsv.batch_acc_low=0.5, batch_acc_high=0.5: mu_global moves unless acc_B is 0.5
+acc_low = 0.5
+acc_high = 0.5
 stats_level = "traj"           # A_k, V_k over 0/1 trajectory flags
-sigma_mode = "fixed"           # or "dynamic" = max(0.1, V_k)
-sigma_fixed = 0.25
+sigma_mode = "dynamic"         # gmsv.sigma_mode=dynamic_sigma: max(sigma_min 0.1, gamma 1.0 * V_k)
+sigma_fixed = 0.25             # the yaml's fixed_sigma, used with --sigma_mode fixed
 prefix_unit = "token"          # floor(r * prefix tokens), out to that step's end, at most min(L, max_steps) - 1
-eta = 0.0                      # gmsv.prefix_sft.enable is False in the yaml and the launchers: no aux loss
+eta = 0.5                      # gmsv.prefix_sft.enable=true, loss_coef=0.5
+aux_agg = "prefix-mean"        # their prefix SFT: each row's token mean, weight 1/len(prefix) (one copy per rollout)
 steps = 300
 batch_tasks = 16
 group_size = 8
@@ -38,5 +46,11 @@ kl_coef = 0.01
 adv_level = "step"
 micro_batch = 8
 grad_ckpt = True
+# Evaluation as config/paper.py: the authors' draw every 5 steps and the full panel of both splits every 50
+eval_protocol = "both"
+eval_split = "valid_seen,valid_unseen"
+eval_temperature = 0.4
+authors_every = 5
+authors_episodes = 128
 eval_every = 50
 ckpt_every = 50

@@ -10,9 +10,6 @@ webshop_backend = "official"
 max_steps = 15                 # env.max_steps=15
 steps = 150                    # trainer.total_epochs=150, one batch of 16 tasks per epoch
 ppo_mini_batch = 64            # actor.ppo_mini_batch_size=64
-acc_low = 0.5                  # gmsv.batch_acc_low=0.5, batch_acc_high=0.5: mu_global moves unless acc_B is 0.5
-acc_high = 0.5
-sigma_mode = "dynamic"         # gmsv.sigma_mode=dynamic_sigma: max(sigma_min 0.1, gamma 1.0 * V_k)
+eval_split = "eval"            # the authors' WebShop split: validation on the first 500 distinct goals
 K = 3                          # gmsv.num_difficulty_groups=3 with difficulty_group_mode=webshop_3, whose thresholds
-                               # are fixed: length <= 4 | 5 | >= 6 [gmsv/webshop.py,
-                               # _compute_webshop_three_group_thresholds]; ours stay the balanced rule over K = 3
+cluster_mode = "webshop_3"     # are fixed: length <= 4 | 5 | >= 6 [gmsv/webshop.py, _compute_webshop_three_group_thresholds]

@@ -159,7 +159,7 @@ def test_webshop_panel_reports_success_and_score(tmp_path):
         exp = panel(ScriptedPolicy(tok, tasks), pool, tok, tasks, cfg, [0], 0.0, str(tmp_path / "expert.json"))
         assert exp["mean"] == 1.0 and exp["score_mean"] == 100.0
         hasty = [{**t, "walkthrough": t["walkthrough"][:2] + ["click[buy now]"]} for t in tasks]  # no options
-        res = in_loop_eval(ScriptedPolicy(tok, hasty), pool, tok, {"train_panel": hasty}, cfg, step=0)
+        res = in_loop_eval(ScriptedPolicy(tok, hasty), pool, tok, [("train_panel", hasty, [("", 0.0)])], cfg, step=0)
         assert res["train_panel"] == 0.0 and 0.0 < res["train_panel_score"] < 1.0  # a mean reward, not 1
     finally:
         pool.close()

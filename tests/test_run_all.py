@@ -35,7 +35,12 @@ def test_dry_run_lists_the_whole_paper_grid():
     names, seeds, lines, count = grid()
     assert count == len(lines) == 5 * len(names)  # the header's count is the lines printed, 5 seeds per entry
     assert all(seeds[n] == [0, 1, 2, 3, 4] for n in names)
-    assert all("--preset paper" in x for x in lines)
+    released = [x for x in lines if "/released/" in x or "/ws_released/" in x]  # the authors' launchers' presets
+    assert all("--preset paper" in x for x in lines if x not in released) and len(released) == 10
+    assert all("--preset released" in x and "--preset paper" not in x for x in released)
+    # the hints the paper used: the authors' expert data, ALFWorld's and WebShop's own
+    assert all("--expert_data data/sft_data/" + ("webshop" if "/ws_" in x else "alfworld") + "_sft_data.json" in x
+               for x in lines)
     by_group = {g: grid("--only", g)[0] for g in GROUPS}  # the --only groups split the grid, in its order
     assert sorted(sum(by_group.values(), [])) == sorted(names) and len(set(names)) == len(names)
     # every main entry runs a registered scheduler (plain GRPO is named grpo in the grid)
@@ -45,8 +50,10 @@ def test_dry_run_lists_the_whole_paper_grid():
     seven = sh("--dry-run", "--7b").stdout
     assert seven.count("--model Qwen/Qwen2.5-7B-Instruct --parallel fsdp") == 10
     ws = grid("--only", "webshop")[2]
-    assert len(ws) == 5 * len(by_group["webshop"]) and all(
-        "--env webshop --webshop_backend official --max_steps 15" in x for x in ws)
+    assert len(ws) == 5 * len(by_group["webshop"]) and all(  # the authors' launcher: 15 steps, mini-batches of 64
+        "--env webshop --webshop_backend official --max_steps 15 --ppo_mini_batch 64 --eval_split eval" in x
+        for x in ws)
+    assert "no data/sft_data/alfworld_sft_data.json" in sh("--only", "main", env={"EXPERT_DATA": ""}).stderr
     assert sh("--only", "bogus").returncode == 2 and sh("--smoke").returncode == 2
 
 

@@ -183,15 +183,20 @@ def test_update_rejects_flags_without_p_hat():
 
 
 def test_released_presets_per_environment():
-    # ALFWorld launcher: yaml defaults batch_acc_low/high 0.4 / 0.6; WebShop launcher: 0.5 / 0.5, env.max_steps 15,
-    # 3 groups, dynamic sigma, 150 epochs; everything else as released.py
+    # The launchers at commit e065918 (the ones that match the paper's method): ALFWorld adds dynamic sigma, the band
+    # 0.5 / 0.5 and prefix SFT at 0.5 to the yaml; WebShop also 15 steps, 150 epochs, mini-batches of 64, webshop_3
     from config import get_config
     a, w = get_config(["--preset", "released"]), get_config(["--preset", "released_webshop"])
-    assert (a.env, a.acc_low, a.acc_high, a.max_steps, a.K, a.sigma_mode) == ("alfworld", 0.4, 0.6, 20, 5, "fixed")
-    assert (w.env, w.acc_low, w.acc_high, w.max_steps, w.K, w.sigma_mode, w.steps) == \
-        ("webshop", 0.5, 0.5, 15, 3, "dynamic", 150)
+    assert (a.env, a.acc_low, a.acc_high, a.max_steps, a.K, a.sigma_mode, a.eta, a.aux_agg, a.ppo_mini_batch) == \
+        ("alfworld", 0.5, 0.5, 20, 5, "dynamic", 0.5, "prefix-mean", 256)
+    assert (w.env, w.acc_low, w.acc_high, w.max_steps, w.K, w.sigma_mode, w.steps, w.ppo_mini_batch, w.eta) == \
+        ("webshop", 0.5, 0.5, 15, 3, "dynamic", 150, 64, 0.5)
     assert (w.lam, w.cap, w.mu_update, w.stats_level, w.prefix_unit, w.cluster_mode, w.reward_scale) == \
-        (0.3, 0.8, "deadband", "traj", "token", "balanced", 10.0)
+        (0.3, 0.8, "deadband", "traj", "token", "webshop_3", 10.0)
+    # the other stored launcher (1df588): the yaml's band, a fixed sigma, no prefix SFT
+    old = get_config(["--preset", "released", "--sigma_mode", "fixed", "--acc_low", "0.4", "--acc_high", "0.6",
+                      "--eta", "0"])
+    assert (old.sigma_mode, old.sigma_fixed, old.acc_low, old.acc_high, old.eta) == ("fixed", 0.25, 0.4, 0.6, 0.0)
     assert w.out_dir == "runs/released_webshop" and w.preset == "released_webshop"
     s = Scheduler(w, ["t0", "t1"], [3, 3])
     s.update(["t0", "t1"], [0.5, 0.375], flags=[[1, 0] * 4, [1, 1, 1, 0, 0, 0, 0, 0]])  # 7 / 16 < 0.5: deeper
@@ -318,6 +323,13 @@ def test_same_seed_same_output_and_state_roundtrip():
     for step in range(5, 9):
         assert a.depths(tasks_of(L), step) == c.depths(tasks_of(L), step)
     assert a.stats() == c.stats()
+
+
+def test_webshop_3_clusters_by_hand():
+    """The authors' WebShop groups: expert length <= 4 | 5 | >= 6 (thresholds [4, 5, max(6, longest)])."""
+    c = cfg(cluster_mode="webshop_3", K=3)
+    s = Scheduler(c, [f"t{i}" for i in range(6)], [2, 4, 5, 6, 9, 5])
+    assert [s.cluster[f"t{i}"] for i in range(6)] == [0, 0, 1, 2, 2, 1] and s.thresholds == [4.0, 5.0]
 
 
 def test_clusters_quantile_balanced_random():

@@ -264,12 +264,15 @@ def _official_path(kind):
     return path
 
 
-@pytest.fixture(params=["fake", "real"])
+@pytest.fixture(params=[("fake", "authors"), ("fake", "human"), ("real", "authors"), ("real", "human")],
+                ids=lambda p: "-".join(p))
 def official(request):
-    path = _official_path(request.param)
+    kind, setting = request.param
+    path = _official_path(kind)
     sys.path.insert(0, path)
     webshop._OFFICIAL_SERVER.clear()
-    yield {"env": "webshop", "backend": "official", "seed": 0, "products": 0, "path": path, "max_steps": 6}
+    yield {"env": "webshop", "backend": "official", "seed": 0, "products": 0, "path": path, "max_steps": 6,
+           "setting": setting}
     sys.path.remove(path)
     webshop._OFFICIAL_SERVER.clear()
     for m in [m for m in sys.modules if m.startswith("web_agent_site")]:
@@ -281,6 +284,13 @@ def test_official_wrapper_contract(official, tmp_path):
     env = WebShopEnv(official)
     n = len(env.goals)
     assert n > 1500, "the contract needs goals in all three ranges"
+    # the setting: the authors' synthetic goals (dict options, one per product x option combination) from their
+    # 1,000-product file, or WebShop's human goals (list options) from the catalogue utils.py names
+    human = official["setting"] == "human"
+    assert all(isinstance(g["goal_options"], list if human else dict) for g in env.goals)
+    assert getattr(env.env, "file_path", None) == (None if human else os.path.join(official["path"],
+                                                                                  webshop.AUTHORS_PRODUCTS)) \
+        or official["path"] != FAKE
     # split indexing: the paper's goal-index ranges into the server's goal list; evaluation keeps every goal
     assert [t["gamefile"] for t in load_webshop_tasks("test", official, cache=str(tmp_path))] == list(range(500))
     assert [t["gamefile"] for t in load_webshop_tasks("eval", official, cache=str(tmp_path))] == list(range(500, 1500))
@@ -400,21 +410,21 @@ def _layout(root, utils=README_UTILS, docs=5, attrs_1000=None):
     return str(root)
 
 
-def _doctor(tmp_path, checkout):
-    """The CLI, with the Python side (spaCy model, pyserini 0.17.0) and Java 11 faked in tmp_path."""
+def _doctor(tmp_path, checkout, setting="human"):
+    """The CLI for one setting, with the Python side (spaCy model, pyserini 0.17.0) and Java 11 faked in tmp_path."""
     site, bin_ = tmp_path / "site", tmp_path / "bin"
-    (site / "en_core_web_sm").mkdir(parents=True)
+    (site / "en_core_web_sm").mkdir(parents=True, exist_ok=True)
     (site / "en_core_web_sm" / "__init__.py").write_text("")
-    (site / "pyserini-0.17.0.dist-info").mkdir()
+    (site / "pyserini-0.17.0.dist-info").mkdir(exist_ok=True)
     (site / "pyserini-0.17.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: pyserini\n"
                                                                   "Version: 0.17.0\n")
-    bin_.mkdir()
+    bin_.mkdir(exist_ok=True)
     (bin_ / "java").write_text("#!/bin/sh\necho 'openjdk version \"11.0.2\" 2019-01-15' >&2\n")
     (bin_ / "java").chmod(0o755)
     env = {**os.environ, "WEBSHOP_PATH": checkout, "PYTHONPATH": str(site),
            "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}"}
-    return subprocess.run([sys.executable, os.path.join(os.path.dirname(HERE), "envs.py"), "webshop-doctor"],
-                          env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, os.path.join(os.path.dirname(HERE), "envs.py"), "webshop-doctor",
+                           "--setting", setting], env=env, capture_output=True, text=True, timeout=60)
 
 
 def test_webshop_doctor_passes_a_correct_full_install(tmp_path):
@@ -428,6 +438,23 @@ def test_webshop_doctor_passes_a_correct_full_install(tmp_path):
     assert "[ok] attributes for 5 of 5 products" in r.stdout
     assert "[ok] index documents 5 vs deduplicated products 5" in r.stdout
     assert "_1000" not in r.stdout
+
+
+def test_webshop_doctor_checks_the_authors_setting_files(tmp_path):
+    """The authors' setting reads data/items_shuffle_1000.json (the wrapper passes it), whatever utils.py's
+    DEFAULT_FILE_PATH says, and its index must hold those products: the full install above lacks the file; with it
+    (3 products) and a 3-document index the setting is ready, and the full set's 5-document index is named stale."""
+    checkout = _layout(tmp_path / "WebShop", docs=3)
+    r = _doctor(tmp_path, checkout, "authors")
+    assert r.returncode == 1 and "[MISSING] data/items_shuffle_1000.json (the 1,000 products" in r.stdout
+    small = json.loads(open(os.path.join(checkout, "data", "items_shuffle.json")).read())[:4]  # 3 distinct ASINs
+    (tmp_path / "WebShop" / "data" / "items_shuffle_1000.json").write_text(json.dumps(small))
+    r = _doctor(tmp_path, checkout, "authors")
+    assert r.returncode == 0, r.stdout
+    assert "[ok] 3 products after WebShop's deduplication in data/items_shuffle_1000.json" in r.stdout
+    assert "[ok] index documents 3 vs deduplicated products 3" in r.stdout and "DEFAULT_FILE_PATH" not in r.stdout
+    r = _doctor(tmp_path, checkout, "human")  # the same checkout: its index holds 3, the full set has 5
+    assert r.returncode == 1 and "[MISSING] index documents 3 vs deduplicated products 5" in r.stdout
 
 
 def test_webshop_doctor_warns_when_products_and_attributes_disagree(tmp_path):
@@ -461,7 +488,7 @@ def test_webshop_doctor_streams_the_product_file(tmp_path, monkeypatch):
         raise AssertionError("json.load / json.loads of a whole data file")
     monkeypatch.setattr(json, "load", no_whole_load)
     monkeypatch.setattr(json, "loads", no_whole_load)
-    checks = {what: ok for ok, what, _ in webshop.webshop_doctor(checkout)}
+    checks = {what: ok for ok, what, _ in webshop.webshop_doctor(checkout, "human")}
     assert checks["5 products after WebShop's deduplication in data/items_shuffle.json"]
     assert checks["index documents 5 vs deduplicated products 5"]
 

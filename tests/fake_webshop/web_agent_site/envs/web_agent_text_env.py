@@ -10,12 +10,15 @@ import webshop as g2  # this repo's webshop.py (on sys.path in the tests): catal
 
 
 class SimServer:
-    def __init__(self, num_products=None):
+    def __init__(self, num_products=None, human_goals=True):
+        """human_goals (WebShop's flag): human goals, with list-valued goal_options; else synthetic goals, one per
+        product x option combination, with dict-valued goal_options (engine/goal.py get_synthetic_goals)."""
         self.site = g2.LiteSite(0, 520)
         goals = []
         for gl in self.site.goals:
             cap = gl["price_upper"] + 10 * random.randint(0, 3)  # global random, unseeded here, as in WebShop
-            goals.append(dict(gl, goal_options=list(gl["goal_options"].values()), price_upper=cap,
+            options = list(gl["goal_options"].values()) if human_goals else dict(gl["goal_options"])
+            goals.append(dict(gl, goal_options=options, price_upper=cap,
                               instruction_text=gl["instruction_text"].rsplit(", and price", 1)[0] +
                               f", and price lower than {cap:.2f} dollars"))
         random.seed(233)  # like WebShop: the goal order depends only on the number of goals
@@ -26,7 +29,8 @@ class SimServer:
 class WebAgentTextEnv:
     def __init__(self, observation_mode="html", file_path=None, server=None, session_prefix=None, **kwargs):
         assert observation_mode == "text", "the fake renders text mode only"
-        self.server = server or SimServer(kwargs.get("num_products"))
+        self.file_path = file_path  # WebShop loads its products from it; the fake builds its own catalogue
+        self.server = server or SimServer(kwargs.get("num_products"), kwargs.get("human_goals", True))
         self.session_prefix, self.kwargs = session_prefix or "", kwargs
         self.reset()  # like WebShop's constructor: a session with a random name and goal
 
