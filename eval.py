@@ -2,6 +2,7 @@
 tables.
 
     python eval.py panel --model CKPT [--split valid_unseen] [--games builtin|official] [--seeds 0 1 2] [--decode greedy|sampled]
+    python eval.py panel --model CKPT --eval_protocol authors --split valid_seen   # their draw, seed s = validation s
     python eval.py panel --model CKPT --env webshop --split eval     # WebShop: success and score (100 x mean reward)
     python eval.py diagnose --model CKPT [--tasks 8] [--rollouts 32] [--grid 0.1] [--checkpoints RUN_DIR]
     python eval.py dynamics RUN_DIR... [--out docs/dynamics.png]
@@ -161,7 +162,8 @@ def read_log(run):
     return steps, evals
 
 
-EVAL_SETS = [("train_panel", "training panel"), ("val", "validation")]
+EVAL_SETS = [(("train_panel", "authors_valid_seen", "authors_eval"), "training panel / the authors' draw"),
+             (("val", "valid_seen", "valid_unseen"), "validation")]  # the figure's two success panels
 
 
 def eval_table(runs):
@@ -235,11 +237,14 @@ def dynamics(runs, path):
         seed_no = sum(run_name(r) == run_name(run) for r in runs[:j])
         alpha = max(0.35, 1.0 - 0.3 * seed_no)  # seeds of one method: the same colour, fainter
         steps, evals = read_log(run)
-        for a, (k, title) in zip(ax[:2], EVAL_SETS):
-            for suffix, ls in (("", "-"), ("_sampled", "--")):
-                pts = [(e["step"], 100 * e["eval"][k + suffix]) for e in evals if k + suffix in e["eval"]]
-                if pts:
-                    a.plot(*zip(*pts), ls, color=c, alpha=alpha, marker="o", ms=4, label=f"{name}{' sampled' if suffix else ''}")
+        for a, (keys, title) in zip(ax[:2], EVAL_SETS):
+            for k in keys:
+                tag = "" if k in ("val", "train_panel") else f" {k}"
+                for suffix, ls in (("", "-"), ("_sampled", "--")):
+                    pts = [(e["step"], 100 * e["eval"][k + suffix]) for e in evals if k + suffix in e["eval"]]
+                    if pts:
+                        a.plot(*zip(*pts), ls, color=c, alpha=alpha, marker="o", ms=4,
+                               label=f"{name}{tag}{' sampled' if suffix else ''}")
             a.set_title(f"{title}, hint-free: greedy, sampled (--)", fontsize=10)
         x = [r["step"] for r in steps]
         sm = trailing_mean
@@ -294,18 +299,22 @@ def wilson(k, n, z=1.96):
     return (max(0.0, c - h), min(1.0, c + h))
 
 
-def panel(engine, pool, tok, tasks, cfg, seeds, temperature, path):
-    """Play every task once per seed; per seed: overall and per-type success with Wilson intervals; across seeds:
-    mean and std. Results are written to `path` after each seed, and a rerun skips the seeds already there."""
+def panel(engine, pool, tok, tasks, cfg, seeds, temperature, path, protocol="panel"):
+    """protocol "panel": play every task once per seed; "authors": per seed s, the authors' validation number s
+    (authors_draw: --authors_episodes episodes, repeats possible; s = 0 is the one before training). Per seed:
+    overall and per-type success with Wilson intervals; across seeds: mean and std. Results are written to `path`
+    after each seed, and a rerun skips the seeds already there."""
     res = json.load(open(path)) if os.path.exists(path) else {}
-    key = {"tasks": [t["id"] for t in tasks], "temperature": temperature, "model": cfg.model}
+    key = {"tasks": [t["id"] for t in tasks], "temperature": temperature, "model": cfg.model, "protocol": protocol}
     if res.get("key") != key:
         res = {"key": key, "seeds": {}}
     for s in seeds:
         if str(s) in res["seeds"]:
             print(f"[panel] seed {s}: done already ({path})")
             continue
-        r = evaluate(engine, pool, tok, tasks, cfg, seed=s, temperature=temperature)
+        played = tasks if protocol == "panel" else [tasks[i] for i in authors_draw(len(tasks), s, cfg.env,
+                                                                                   cfg.authors_episodes)]
+        r = evaluate(engine, pool, tok, played, cfg, seed=s, temperature=temperature)
         res["seeds"][str(s)] = {"won": r["won"], "n": r["n"], "success": r["success"], "ci95": wilson(r["won"], r["n"]),
                                 "score": r["score"],
                                 "per_type": {k: {"won": w, "n": m, "success": w / m, "ci95": wilson(w, m)}
@@ -551,6 +560,7 @@ def eval_label(key):
     if key in ("val", "val_sampled"):
         return "validation greedy" if key == "val" else "sampled"
     name = key[:-len("_sampled")] if key.endswith("_sampled") else key
+    name = "authors' draw on " + name[len("authors_"):] if name.startswith("authors_") else name
     return name.replace("train_panel", "train panel") + (" sampled" if key.endswith("_sampled") else " greedy")
 
 
@@ -642,9 +652,13 @@ def table(runs):
         sets = [k for k in ("train_panel", "train_panel_sampled", "val", "val_sampled", "train_panel_score",
                             "val_score")
                 if any(k in s["final"] for s in ss)]
+        # the paper presets' splits and the authors' draw: the last evaluation and the best one, side by side (the
+        # paper may report either); sampled (T = 0.4 there) first, then greedy
+        named = sorted({k for s in ss for k in s["final"] if k.startswith(("valid_", "authors_"))},
+                       key=lambda k: (k.startswith("authors_"), k.replace("_sampled", ""), not k.endswith("_sampled")))
+        sets += [(k, when) for k in named for when in ("last", "best")]
         out.append(f"\n**{env} / preset {preset} / {data}**\n")
-        out.append("| method | seeds | " + " | ".join(k[:-6] + " score" if k.endswith("_score") else f"{k} %"
-                                                    for k in sets) +
+        out.append("| method | seeds | " + " | ".join(column_name(k) for k in sets) +
                    " | s/step | rollouts/step | flags | commits |")
         out.append("|---|---|" + "---|" * len(sets) + "---|---|---|---|")
         ordered = sorted(rows.items(), key=lambda kv: (order.get(kv[0], (99, 0)), kv[0]))
@@ -653,8 +667,10 @@ def table(runs):
             if part.get(label, "other runs") != last:
                 last = part.get(label, "other runs")
                 out.append(f"| *{last}* |" + " |" * (len(sets) + 5))
-            cells = [mean_std([100 * r["final"][k] for r in rs if k in r["final"]]) + pooled_ci(rs, k)
-                     for k in sets]
+            cells = [mean_std([100 * r["best"][k[0]]["value"] for r in rs if k[0] in r.get("best", {})])
+                     if isinstance(k, tuple) and k[1] == "best" else
+                     mean_std([100 * r["final"][k[0]] for r in rs if k[0] in r["final"]]) if isinstance(k, tuple) else
+                     mean_std([100 * r["final"][k] for r in rs if k in r["final"]]) + pooled_ci(rs, k) for k in sets]
             flags = sorted({run_flags(r["cfg"]) for r in rs})
             commits = ",".join(sorted({r["cfg"].get("git_commit", "?") for r in rs}))
             out.append(f"| {label} | {len(rs)} | " + " | ".join(cells) +
@@ -664,14 +680,22 @@ def table(runs):
         if any("counts" in s["final"] for s in ss):
             out.append(ci_note)
         types = sorted({t for s in ss for c in s["final"].get("counts", {}).values() for t in c["per_type"]})
-        if len(types) > 1:  # per task type: the pooled games of each row
-            succ = [k for k in sets if not k.endswith("_score")]
+        if len(types) > 1:  # per task type: the pooled games of each row (at the last evaluation)
+            succ = [k for k in sets if not isinstance(k, tuple) and not k.endswith("_score")] + \
+                [k for k, when in sets[len([x for x in sets if not isinstance(x, tuple)]):] if when == "last"]
             out.append("\n| method | task type | " + " | ".join(f"{k} (won / games)" for k in succ) + " |")
             out.append("|---|---|" + "---|" * len(succ))
             for label, rs in ordered:
                 for t in types if all("counts" in r["final"] for r in rs) else []:
                     out.append(f"| {label} | {t} | " + " | ".join(pooled_ci(rs, k, t) for k in succ) + " |")
     return "\n".join(out).lstrip("\n")
+
+
+def column_name(k):
+    """A table column: 'val %', 'val score', or ('valid_seen_sampled', 'best') -> 'valid_seen_sampled % best'."""
+    if isinstance(k, tuple):
+        return f"{k[0]} % {k[1]}"
+    return k[:-6] + " score" if k.endswith("_score") else f"{k} %"
 
 
 def mean_std(v):
@@ -720,13 +744,14 @@ def main():
         p.add_argument("--split", default="valid_unseen", help="panel: split to play")
         p.add_argument("--seeds", type=int, nargs="+", default=[0], help="panel: one pass over the split per seed")
         p.add_argument("--decode", default="greedy", choices=["greedy", "sampled"],
-                       help="panel: greedy, or sampled at --temperature (the training temperature by default)")
+                       help="panel: greedy, or sampled at --eval_temperature (--eval_protocol authors: sampled)")
         p.add_argument("--tasks", type=int, default=8, help="diagnose: training tasks in the fixed sample")
         p.add_argument("--rollouts", type=int, default=32, help="diagnose: rollouts per (task, depth)")
         p.add_argument("--grid", type=float, default=0.1, help="diagnose: depth-ratio grid step")
         p.add_argument("--draws", type=int, default=50, help="diagnose: repetitions of each scheduler's replay")
         p.add_argument("--checkpoints", default="", help="diagnose: every checkpoint of this run directory")
-        p.add_argument("--out", default="", help="output: JSON path (panel) or directory (diagnose)")
+        p.add_argument("--out", default="", help="output: JSON path (panel) or directory (diagnose); default under "
+                       "runs/eval/<model name>/, never inside a checkpoint")
     argv = sys.argv[2:]
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--model", default="")
@@ -762,15 +787,20 @@ def main():
         model_error(cfg.model, e)
     pool = EnvPool(cfg.num_workers, env_spec(cfg))
     engine = make_engine(cfg, path, tok, device, cfg.seed)
+    runs_dir = os.path.join("runs", "eval", os.path.basename(os.path.normpath(path)))  # never into the checkpoint
     if cmd == "panel":
         tasks = tasks_for(cfg, args.split)
-        temp = 0.0 if args.decode == "greedy" else cfg.temperature
+        authors = cfg.eval_protocol == "authors"  # their draw, sampled (their val_kwargs)
+        temp = cfg.eval_temperature if authors or args.decode == "sampled" else 0.0
         dec = "greedy" if temp == 0 else f"sampled at T={temp:g}"
-        out = args.out or os.path.join(path if os.path.isdir(path) else ".",
-                                       f"panel_{args.split}_{'greedy' if temp == 0 else f't{temp:g}'}.json")
-        r = panel(engine, pool, tok, tasks, cfg, args.seeds, temp, out)
+        out = args.out or os.path.join(runs_dir, f"{'authors' if authors else 'panel'}_{args.split}_"
+                                                 f"{'greedy' if temp == 0 else f't{temp:g}'}.json")
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        r = panel(engine, pool, tok, tasks, cfg, args.seeds, temp, out, "authors" if authors else "panel")
         pool.close()
-        print(f"{path} | {args.split} ({len(tasks)} {env_label(vars(cfg))} tasks) | {dec} | seeds {args.seeds} | "
+        what = (f"the authors' draw of {cfg.authors_episodes} episodes over {len(tasks)}" if authors else
+                f"every one of {len(tasks)}")
+        print(f"{path} | {args.split} ({what} {env_label(vars(cfg))} tasks) | {dec} | seeds {args.seeds} | "
               f"success {100 * r['mean']:.1f} ± {100 * r['std']:.1f} %" +
               (f" | score {r['score_mean']:.1f}" if cfg.env == "webshop" else ""))
         for k, v in r["per_type_mean"].items():
@@ -780,7 +810,7 @@ def main():
     train_tasks = train_subset(tasks_for(cfg, cfg.train_split), cfg.train_games)
     sample = [train_tasks[i] for i in sorted(np.random.default_rng(4321).permutation(len(train_tasks))[:args.tasks])]
     results = []
-    outdir = args.out or os.path.join(known.checkpoints or (path if os.path.isdir(path) else "."), "diagnose")
+    outdir = args.out or os.path.join(known.checkpoints or runs_dir, "diagnose")
     for ck in ckpts or [path]:
         if ckpts:
             from transformers import AutoModelForCausalLM

@@ -32,7 +32,8 @@ def read_expert_file(path):
         raise ValueError(f"--expert_data {path}: expected {{\"trajectories\": [...]}} or a list of entries")
     out = []
     for k, item in enumerate(items):
-        name = f"--expert_data {path}: entry {k}" + (f" ({item.get('id')!r})" if isinstance(item, dict) else "")
+        name = f"--expert_data {path}: entry {k}" + (f" ({item['id']!r})" if isinstance(item, dict) and "id" in item
+                                                      else "")
         if not isinstance(item, dict) or "id" not in item:
             raise ValueError(f"{name}: not an object with an \"id\"")
         actions, thinks = item.get("actions"), item.get("think", [])

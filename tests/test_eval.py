@@ -306,3 +306,104 @@ def test_trailing_mean_and_the_figure_on_hinted_and_plain_runs(tmp_path, capsys)
     assert (tmp_path / "fig.png").stat().st_size > 10_000
     out = capsys.readouterr().out
     assert "| g2/s0 | 0 | 25.0 |" in out and "| grpo | 1 | 10–11 | 0.500 |" in out
+
+
+def test_authors_draw_replays_textworlds_seeded_streams():
+    """The authors' ALFWorld validation: worker i's games come from TextWorld's own stream, seeded 1000 + i
+    (TextworldBatchGymEnv.seed: a RandomState shuffle of the game list, then shuffled_cycle, which reshuffles after
+    each pass); validation k plays the k-th game of every stream. TextWorld's functions are the oracle here."""
+    from textworld.gym.envs.utils import shuffled_cycle
+    from eval import authors_draw
+    games = [f"game{j:02d}" for j in range(7)]  # a pass is 7 games: k = 0..15 crosses two reshuffles
+    streams = []
+    for i in range(128):
+        rng = np.random.RandomState(1000 + i)
+        order = list(games)
+        rng.shuffle(order)
+        it = shuffled_cycle(order, rng=rng)
+        streams.append([next(it) for _ in range(16)])
+    for k in (0, 1, 6, 7, 8, 15):
+        assert [games[j] for j in authors_draw(len(games), k, "alfworld")] == [s[k] for s in streams]
+    first = authors_draw(len(games), 0, "alfworld")
+    assert len(first) == 128 and len(set(first)) == 7  # 128 episodes of 7 games: repeats, as theirs
+
+
+def test_authors_draw_webshop_keeps_one_generator_running():
+    """WebShop: RandomState(1000).choice(pool, 128, replace=False) once per validation, the generator running on:
+    validation k is its (k+1)-th draw, 128 distinct goals each [.../webshop/envs.py, WebshopMultiProcessEnv.reset]."""
+    from eval import authors_draw
+    rng = np.random.RandomState(1000)
+    pool = list(range(500, 1000))  # goal indices; positions 0..499
+    draws = [rng.choice(pool, size=128, replace=False).tolist() for _ in range(3)]
+    for k in range(3):
+        assert [pool[j] for j in authors_draw(500, k, "webshop")] == draws[k]
+        assert len(set(draws[k])) == 128
+    assert draws[0] != draws[1]
+
+
+def test_evaluations_due_as_the_authors_and_the_panel_schedule_them():
+    """Paper preset: the authors' draw at 0, 5, 10, ... (test_freq 5, val_before_train) and at the end; the panel at
+    0, 50, 100, ... and at the end. authors_index counts the draws before: step 5 is validation 1, the end of a
+    203-step run (draws at 0, 5, ..., 200, then 203) is validation 42."""
+    from config import get_config
+    from eval import authors_index, eval_sets, eval_splits, evals_due
+    cfg = get_config(["--preset", "paper", "--steps", "203"])
+    due = {s: evals_due(cfg, s) for s in (0, 1, 5, 49, 50, 100, 200, 203)}
+    assert due == {0: (True, True), 1: (False, False), 5: (False, True), 49: (False, False), 50: (True, True),
+                   100: (True, True), 200: (True, True), 203: (True, True)}
+    assert [authors_index(s, 5) for s in (0, 5, 10, 200, 203)] == [0, 1, 2, 40, 41]
+    assert eval_splits(cfg) == [("valid_seen", "valid_seen"), ("valid_unseen", "valid_unseen")]
+    seen = [{"id": f"s{j}", "task_type": "x"} for j in range(9)]
+    unseen = [{"id": f"u{j}", "task_type": "x"} for j in range(4)]
+    sets = eval_sets(cfg, 0, [("valid_seen", seen), ("valid_unseen", unseen)], [])
+    assert [(n, len(t), d) for n, t, d in sets] == [
+        ("valid_seen", 9, [("", 0.0), ("_sampled", 0.4)]), ("valid_unseen", 4, [("", 0.0), ("_sampled", 0.4)]),
+        ("authors_valid_seen", 128, [("_sampled", 0.4)])]  # greedy and T = 0.4 on both splits; their draw at 0.4
+    assert [n for n, _, _ in eval_sets(cfg, 5, [("valid_seen", seen), ("valid_unseen", unseen)], [])] == \
+        ["authors_valid_seen"]
+    cpu = get_config([])  # the CPU demo: the panel only, one split logged as 'val', sampled at T = 1
+    assert eval_splits(cpu) == [("val", "valid_unseen")] and evals_due(cpu, 5) == (False, False)
+    assert [(n, d) for n, _, d in eval_sets(cpu, 20, [("val", unseen)], seen)] == [
+        ("val", [("", 0.0), ("_sampled", 1.0)]), ("train_panel", [("", 0.0), ("_sampled", 1.0)])]
+
+
+def test_summary_gives_the_last_and_the_best_evaluation(tmp_path):
+    """best_evals: each key's highest value and its step (the earliest of ties); end_lines prints both."""
+    from eval import best_evals, end_lines
+    evals = [{"step": 0, "eval": {"valid_seen": 0.1, "authors_valid_seen_sampled": 0.2, "counts": {}}},
+             {"step": 5, "eval": {"authors_valid_seen_sampled": 0.5}},
+             {"step": 10, "eval": {"valid_seen": 0.4, "authors_valid_seen_sampled": 0.5}},
+             {"step": 12, "eval": {"valid_seen": 0.3, "authors_valid_seen_sampled": 0.25}}]
+    best = best_evals(evals)
+    assert best == {"valid_seen": {"value": 0.4, "step": 10}, "authors_valid_seen_sampled": {"value": 0.5, "step": 5}}
+    line = end_lines({"evals": evals, "best": best}, str(tmp_path)).splitlines()[0]
+    assert "valid_seen greedy 10.0% -> 30.0% (best 40.0% at 10)" in line
+    assert "authors' draw on valid_seen sampled 20.0% -> 25.0% (best 50.0% at 5)" in line
+
+
+def test_paper_comparison_columns_show_the_last_and_the_best_evaluation(tmp_path):
+    """The paper presets' table: valid_seen and valid_unseen (sampled at T = 0.4 and greedy) and the authors' draw,
+    each at the last evaluation and at its best one, mean ± std over seeds: by hand, seed 0 ends at 40 % on
+    valid_seen greedy after a best of 60 %, seed 1 ends at 50 % (its best): last 45.0 ± 5.0, best 55.0 ± 5.0."""
+    from eval import table
+
+    def run(seed, curve):
+        d = tmp_path / "g2" / f"s{seed}"
+        d.mkdir(parents=True)
+        json.dump({"preset": "paper", "games": "official", "task_types": "", "scheduler": "g2", "seed": seed,
+                   "out_dir": str(d), "git_commit": "abc123", "argv": ["train.py", "--seed", str(seed)]},
+                  open(d / "config.json", "w"))
+        with open(d / "log.jsonl", "w") as f:
+            for step, v in curve:
+                f.write(json.dumps({"step": step, "eval": {"valid_seen": v, "valid_seen_sampled": v / 2,
+                                                           "valid_unseen": v / 4, "authors_valid_seen_sampled": v}}) + "\n")
+            f.write(json.dumps({"step": 0, "t_step": 10.0, "rollouts_played": 128}) + "\n")
+        return str(d)
+    md = table([run(0, [(0, 0.1), (50, 0.6), (200, 0.4)]), run(1, [(0, 0.2), (200, 0.5)])])
+    head = [x for x in md.splitlines() if x.startswith("| method |")][0]
+    assert head.startswith("| method | seeds | valid_seen_sampled % last | valid_seen_sampled % best | valid_seen % last "
+                           "| valid_seen % best | valid_unseen % last | valid_unseen % best | "
+                           "authors_valid_seen_sampled % last | authors_valid_seen_sampled % best |")
+    row = [x for x in md.splitlines() if x.startswith("| g2 |")][0]
+    assert row.startswith("| g2 | 2 | 22.5 ± 2.5 | 27.5 ± 2.5 | 45.0 ± 5.0 | 55.0 ± 5.0 | 11.2 ± 1.2 | 13.8 ± 1.2 | "
+                          "45.0 ± 5.0 | 55.0 ± 5.0 |")

@@ -290,3 +290,35 @@ dist.destroy_process_group()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     p = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
     assert "SHARDED True False" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
+
+
+def test_the_engine_follows_the_prompt_budget_and_sizes_its_cache(recording_llm, tmp_path):
+    """--preset paper: max_model_len = 4,096 prompt + 512 reply tokens; --vllm_kv_gb 0 sizes the KV cache from the
+    model: the tiny model's 1,024 B a token x 16 sequences x 4,608 tokens = 75,497,472 B."""
+    from config import get_config
+    from tiny import tiny_path
+    path = tiny_path(str(tmp_path))
+    cfg = get_config(["--preset", "paper"])
+    rollout.make_engine(cfg, path, object(), "cuda", 0, seqs=16)
+    kw = _FakeLLM.built[-1]
+    assert kw["max_model_len"] == 4096 + 512 and kw["kv_cache_memory_bytes"] == 16 * 4608 * 1024
+    with pytest.raises(SystemExit, match="exceeds .* context of 8192 tokens"):
+        rollout.make_engine(get_config(["--preset", "paper", "--max_prompt_tokens", "8000"]), path, object(), "cuda", 0)
+
+
+def test_gpu_presets_follow_the_authors_launchers():
+    """Values read off examples/gmsv_trainer/run_alfworld.sh and run_webshop.sh (commit e065918): env.max_steps=20
+    (ALFWorld) and 15 (WebShop), data.max_prompt_length=4096, val_kwargs temperature 0.4 and do_sample, test_freq=5,
+    val_data_size=128; valid_seen is verl-agent's eval_in_distribution; the action projection's rules."""
+    from config import get_config
+    for name in ("paper", "released"):
+        c = get_config(["--preset", name])
+        assert (c.max_steps, c.max_prompt_tokens, c.max_new_tokens) == (20, 4096, 512)
+        assert (c.eval_protocol, c.eval_split, c.eval_temperature, c.authors_every, c.authors_episodes, c.eval_every) \
+            == ("both", "valid_seen,valid_unseen", 0.4, 5, 128, 50)
+        assert (c.parse_lower, c.parse_think, c.webshop_setting, c.webshop_split) == (True, True, "authors", "authors")
+    w = get_config(["--preset", "released_webshop"])
+    assert (w.max_steps, w.eval_split, w.env) == (15, "eval", "webshop")
+    cpu = get_config(["--preset", "cpu_pick2"])  # the CPU presets keep theirs
+    assert (cpu.parse_lower, cpu.parse_think, cpu.eval_protocol, cpu.eval_temperature, cpu.max_prompt_tokens) == \
+        (False, False, "panel", 1.0, 768)

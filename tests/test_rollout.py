@@ -27,7 +27,7 @@ def pool():
 
 
 def cfg(**kw):
-    return dataclasses.replace(Config(), prompt="compact", max_prompt_tokens=768, max_new_tokens=32, **kw)
+    return dataclasses.replace(Config(), **{"prompt": "compact", "max_prompt_tokens": 768, "max_new_tokens": 32, **kw})
 
 
 @pytest.mark.parametrize("text,want", [
@@ -347,3 +347,88 @@ def test_hf_engine_takes_the_weights_one_at_a_time(tiny):
     assert order and all(order)
     with pytest.raises(KeyError, match="no tensor for"):
         eng.load_weights(list(src.state_dict().items())[1:])
+
+
+def test_an_over_long_prompt_drops_its_oldest_history_first(tiny):
+    """fit_prompt on a built-up history (full prompt, 10 past steps shown): over the budget it shows fewer past
+    steps, oldest first gone, and keeps the task sentence and the current observation; the budget is measured with
+    the tokenizer on the messages with 3 and 4 past steps, so exactly the 3 newest must stay."""
+    from rollout import chat_ids, fit_prompt
+    _, tok = tiny
+    c = cfg(prompt="full", history_length=10)
+    hist = [(f"You arrive at shelf {j}. On the shelf {j}, you see a mug {j} and a vase {j}.", f"go to shelf {j + 1}")
+            for j in range(10)]
+    task, obs, adm = "put a clean mug in the coffeemachine.", "You arrive at sinkbasin 1.", ["look", "go to desk 1"]
+    three = chat_ids(tok, user_message(task, "", hist[-3:], obs, adm, 10, c))
+    four = chat_ids(tok, user_message(task, "", hist[-4:], obs, adm, 10, c))
+    assert len(three) < len(four)
+    ids, truncated = fit_prompt(tok, task, "", hist, obs, adm, 10, dataclasses.replace(c, max_prompt_tokens=len(three)))
+    assert truncated and ids == three
+    text = tok.decode(ids)
+    assert "Your task is to: put a clean mug in the coffeemachine." in text and "sinkbasin 1" in text
+    assert "shelf 9" in text and "shelf 7." in text and "shelf 6." not in text  # the 3 newest past steps
+    ids, truncated = fit_prompt(tok, task, "", hist, obs, adm, 10, c)  # within the default budget: all 10 shown
+    assert not truncated and ids == chat_ids(tok, user_message(task, "", hist, obs, adm, 10, c))
+    ids, truncated = fit_prompt(tok, task, "", [], obs * 200, adm, 0, dataclasses.replace(c, max_prompt_tokens=100))
+    assert truncated and len(ids) == 100  # no history left: the middle goes, the head keeps the task
+    assert "Your task is to:" in tok.decode(ids[:25])
+
+
+@pytest.mark.parametrize("reply, lower, think, want", [
+    ("<think>ok</think>\n<action>go to desk 1</action>", False, False, ("go to desk 1", True)),
+    ("<action>Go To Desk 1</action>", False, False, ("Go To Desk 1", True)),            # case kept (CPU presets)
+    ("<action>Go To Desk 1</action>", True, False, ("go to desk 1", True)),             # the authors: lower-cased
+    ("<action>go to desk 1</action>", False, True, ("go to desk 1", False)),            # no think: played, invalid
+    ("<think>hm</think><action>look</action><action>inventory</action>", True, True, ("look", True)),  # first tag
+    ("<think>想</think><action>look</action>", False, True, ("look", False)),           # a CJK character: invalid
+    ("<think>no action</think>", True, True, (None, False)),
+])
+def test_replies_read_as_the_authors_read_them(reply, lower, think, want):
+    from rollout import read_reply
+    assert read_reply(reply, True, cfg(parse_lower=lower, parse_think=think)) == want
+
+
+def test_expert_targets_carry_the_thinks_the_prompt_asks_for(tiny, pool):
+    """Aux targets: under the full prompt "<think>{think}</think>\\n<action>{a}</action>" + EOS, the expert's think
+    where the task has one (the authors' expert data) and an empty one otherwise; under the compact prompt the action
+    tag alone. Each aux row knows its prefix's length n."""
+    _, tok = tiny
+    t = load_tasks("train")[1]
+    thinks = [f"step {j} makes sense." for j in range(t["L"])]
+    full = cfg(prompt="full", max_prompt_tokens=2048)
+    for task, want in (({**t, "thinks": thinks}, thinks), (t, [""] * t["L"])):
+        out = rollout(ScriptedEngine(tok, t["walkthrough"], garbage=True), pool, tok, [{"task": task, "n": 3, "R": 2}],
+                      dataclasses.replace(full, max_steps=3))  # the prefix fills the budget: no policy turn
+        assert [a["n"] for a in out["aux"]] == [3, 3, 3]
+        for k, a in enumerate(out["aux"]):
+            assert a["response_ids"][-1] == tok.eos_token_id
+            assert tok.decode(a["response_ids"][:-1]) == f"<think>{want[k]}</think>\n<action>{t['walkthrough'][k]}</action>"
+    out = rollout(ScriptedEngine(tok, t["walkthrough"], garbage=True), pool, tok,
+                  [{"task": {**t, "thinks": thinks}, "n": 2, "R": 1}], cfg(max_steps=3))  # compact
+    assert [tok.decode(a["response_ids"][:-1]) for a in out["aux"]] == [f"<action>{a}</action>" for a in t["walkthrough"][:2]]
+
+
+def test_aux_loss_weighting_token_mean_and_the_authors_prefix_mean(tiny):
+    """L_aux on three expert rows: two of a 2-step prefix, one of a 1-step prefix. token-mean (paper preset): every
+    expert token weighs the same, -eta sum lp / tokens. prefix-mean (released, the authors' prefix SFT): each row's
+    token mean, weight 1/n, over the weights: -eta (m1 / 2 + m2 / 2 + m3 / 1) / (1/2 + 1/2 + 1)."""
+    from transformers import AutoModelForCausalLM
+    from learner import Learner
+    from rollout import expert_ids, response_logprobs
+    path, tok = tiny
+    m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    acts = ["go to desk 1", "take mug 1 from desk 1", "look"]
+    rows = [{"prompt_ids": tok.encode(f"task {j}"), "response_ids": expert_ids(tok, a), "n": n}
+            for j, (a, n) in enumerate(zip(acts, (2, 2, 1)))]
+    with torch.no_grad():
+        lp, mask = response_logprobs(m, rows, tok.pad_token_id)
+    sums, lens = (lp * mask).sum(-1).tolist(), mask.sum(-1).tolist()
+    counts = {"aux_tokens": sum(lens), "aux_weight": 0.5 + 0.5 + 1.0}
+    for agg, want in (("token-mean", -0.5 * sum(sums) / sum(lens)),
+                      ("prefix-mean", -0.5 * (sums[0] / lens[0] / 2 + sums[1] / lens[1] / 2 + sums[2] / lens[2]) / 2.0)):
+        learn = Learner(cfg(eta=0.5, aux_agg=agg), m, None, tok, "cpu")
+        parts = {"aux": 0.0}
+        with torch.no_grad():
+            loss = learn.micro_loss("aux", rows, counts, {}, parts)
+        assert loss.item() == pytest.approx(want, rel=1e-5), agg
+        assert parts["aux"] == pytest.approx(want / 0.5, rel=1e-5)  # logged without the weight eta

@@ -293,3 +293,25 @@ def test_fsdp2_vllm_reference_checkpointing_mini_batches_and_resume(tmp_path):
         assert a["aux"] == pytest.approx(b["aux"], rel=1e-4) and a["kl"] == pytest.approx(b["kl"], rel=1e-3, abs=1e-8)
     ws = weights(tmp_path / "single" / "ckpt_000003")
     assert max((wa[k] - ws[k]).abs().max().item() for k in wa) < 1e-5
+
+
+def test_released_preset_evaluates_as_the_authors_do(tmp_path):
+    """--preset released on the tiny model, 2 steps, a small evaluation: both validation splits greedy and at
+    T = 0.4 before training and at the end, the authors' draw (8 episodes here, 128 in the preset) at 0.4 too,
+    the truncated share on the step line, and a summary with the last and the best evaluation."""
+    args = list(PAPER)
+    args[args.index("--preset") + 1] = "released"
+    args[args.index("--eval_games") + 1] = "4"
+    log = train(tmp_path, *args, "--authors_episodes", "8", "--lr", "1e-6")
+    evals = [json.loads(x) for x in open(tmp_path / "log.jsonl") if '"eval"' in x]
+    assert [e["step"] for e in evals] == [0, 2]
+    keys = {"valid_seen", "valid_seen_sampled", "valid_unseen", "valid_unseen_sampled", "authors_valid_seen_sampled"}
+    for e in evals:
+        assert keys <= set(e["eval"]) and e["eval"]["counts"]["authors_valid_seen_sampled"]["n"] == 8
+        assert e["eval"]["counts"]["valid_seen"]["n"] == 4
+    assert "temperature 0.4" in open(tmp_path / "transcripts" / "step000000_valid_unseen_sampled.txt").readline()
+    summary = json.load(open(tmp_path / "summary.json"))
+    assert summary["final"] == evals[-1]["eval"] and set(summary["best"]) >= keys
+    assert all(summary["best"][k]["step"] in (0, 2) for k in keys)
+    assert "(best " in log and " trunc 0% |" in log  # the [done] line; the step line's truncated share
+    assert all(r["tokens"] > 0 for r in records(tmp_path))
