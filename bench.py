@@ -33,45 +33,33 @@ import numpy as np
 # groups relative to each task's band, and what that does under this simple learning rule; nothing more.
 S_CURVE, ETA_SELF, ETA_SHARED, N_TASKS, T_SIM = 0.13, 0.04, 0.004, 64, 200
 
-SCHEDULERS = [  # (label, overrides of the paper config)
-    ("none (GRPO)", dict(scheduler="none")),
-    ("fixed 0.5", dict(scheduler="fixed", fixed_ratio=0.5)),
-    ("linear decay", dict(scheduler="linear")),
-    ("cosine decay", dict(scheduler="cosine")),
-    ("step decay", dict(scheduler="step")),
-    ("target-acc", dict(scheduler="target_acc")),
-    ("binary search M=2", dict(scheduler="binary", max_probes=2)),
-    ("enumeration", dict(scheduler="enum")),
-    ("Agent-G2 (paper)", dict()),
-    ("Agent-G2 (released)", dict(lam=0.3, cap=0.8, mu_update="deadband", stats_level="traj", sigma_mode="fixed",
-                                 sigma_fixed=0.25, K=5, cluster_mode="balanced")),
-    ("abl: no sampling", dict(sampling="none")),
-    ("abl: uniform", dict(sampling="uniform")),
-    ("abl: no adaptive centre", dict(lam=0.0)),
-    ("abl: no adaptive spread", dict(sigma_mode="fixed", sigma_fixed=0.22)),
-    ("abl: K=1", dict(K=1)),
-    ("abl: K=5", dict(K=5)),
-    ("abl: K=10", dict(K=10)),
-    ("abl: random clusters", dict(cluster_mode="random")),
-    ("new: online clusters", dict(cluster_mode="online")),
-    ("new: proportional mu", dict(mu_update="proportional")),
-    ("new: hybrid probe", dict(hybrid_probe=True)),
-]
-BUDGET = [("binary M=1", dict(scheduler="binary", max_probes=1)), ("binary M=2", dict(scheduler="binary", max_probes=2)),
-          ("binary M=3", dict(scheduler="binary", max_probes=3)), ("binary M=4", dict(scheduler="binary", max_probes=4)),
-          ("enum grid 0.5", dict(scheduler="enum", enum_grid=0.5)), ("enum grid 0.25", dict(scheduler="enum", enum_grid=0.25)),
-          ("enum every depth", dict(scheduler="enum")), ("Agent-G2", dict()), ("Agent-G2 + hybrid", dict(hybrid_probe=True))]
 
 
-def simulate(overrides, seed, B=16, R=8):
+def alfworld_population(rng):
+    """Three length groups like ALFWorld's; d*_i by group (0.35 / 0.55 / 0.75) + N(0, 0.08): longer tasks need
+    deeper hints. -> (L [N], d* [N])."""
+    grp = rng.integers(0, 3, N_TASKS)
+    L = np.array([rng.integers(*[(3, 7), (6, 11), (10, 16)][g]) for g in grp])
+    return L, np.array([0.35, 0.55, 0.75])[grp] + rng.normal(0, 0.08, N_TASKS)
+
+
+def bimodal_population(rng):
+    """alfworld_population with each length group split in two: half its tasks need 0.2 less depth, half 0.2 more
+    (an easy and a hard half in one cluster: the case for a two-component mixture, g2_mix)."""
+    L, dstar = alfworld_population(rng)
+    return L, dstar + np.where(rng.random(N_TASKS) < 0.5, -0.2, 0.2)
+
+
+POPULATIONS = {"alfworld": alfworld_population, "bimodal": bimodal_population}  # bench.py sched --population
+
+
+def simulate(overrides, seed, B=16, R=8, population="alfworld"):
     from config import load_preset, Config
     from scheduler import Scheduler
     cfg = dataclasses.replace(Config(**{**dataclasses.asdict(Config()), **load_preset("paper")}),
                               steps=T_SIM, batch_tasks=B, group_size=R, max_steps=50, **overrides)
     rng = np.random.default_rng(seed)
-    grp = rng.integers(0, 3, N_TASKS)
-    L = np.array([rng.integers(*[(3, 7), (6, 11), (10, 16)][g]) for g in grp])
-    dstar = np.array([0.35, 0.55, 0.75])[grp] + rng.normal(0, 0.08, N_TASKS)
+    L, dstar = POPULATIONS[population](rng)
     ids = [f"t{i}" for i in range(N_TASKS)]
     sched = Scheduler(cfg, ids, L.tolist(), seed=seed)
     p_of = lambda i, n: 1 / (1 + np.exp(-(n / L[i] - dstar[i]) / S_CURVE))  # noqa: E731
@@ -113,7 +101,7 @@ def simulate(overrides, seed, B=16, R=8):
 
 
 def only_rows(args):
-    """--only NAME[,NAME...] (+ config flags such as --ucb_c 0.2): those registered rules beside Agent-G² (paper)."""
+    """--only NAME[,NAME...] (+ config flags such as --ucb_c 0.2): those registered rules beside Agent-G² (g2)."""
     import config
     from scheduler import RULES
     ov, extra = {}, list(args.extra)
@@ -123,7 +111,7 @@ def only_rows(args):
             raise SystemExit(f"bench.py sched --only: expected --<config flag> <value>, got {k!r}")
         default, v = getattr(config.Config(), k[2:]), extra.pop(0)
         ov[k[2:]] = v in ("1", "true", "True") if isinstance(default, bool) else type(default)(v)
-    rows = [("Agent-G2 (paper)", dict())]
+    rows = [("g2", dict())]
     for name in args.only.split(","):
         if name not in RULES:
             raise SystemExit(f"bench.py sched --only: no scheduler {name!r}; registered: {', '.join(RULES)}")
@@ -132,13 +120,16 @@ def only_rows(args):
 
 
 def bench_sched(args):
+    """Every method of config.METHODS that differs only in its depth rule (config.scheduler_methods), then the
+    rollout-budget sweep (config.BUDGET), on the simulated population --population."""
+    from config import BUDGET, flag_values, scheduler_methods
     t0 = time.time()
     seeds = list(range(args.seeds))
     rows, budget = {}, {}
-    for label, ov in only_rows(args) if args.only else SCHEDULERS:
-        rows[label] = [simulate(ov, s) for s in seeds]
-    for label, ov in [] if args.only else BUDGET:
-        budget[label] = [simulate(ov, s) for s in seeds]
+    for label, ov in only_rows(args) if args.only else scheduler_methods():
+        rows[label] = [simulate(ov, s, population=args.population) for s in seeds]
+    for label, flags in [] if args.only else BUDGET.items():
+        budget[label] = [simulate(flag_values(flags), s, population=args.population) for s in seeds]
 
     def ms(runs, k, scale=1.0, fmt="{:5.1f}"):
         x = np.array([np.nan if r[k] is None else r[k] * scale for r in runs], dtype=float)
@@ -147,7 +138,8 @@ def bench_sched(args):
             return f">{T_SIM}".rjust(13)
         s = (fmt + " ± " + fmt).format(np.nanmean(x), np.nanstd(x))
         return s + (f" ({miss}>{T_SIM})" if miss else "")
-    print(f"bench.py sched: {N_TASKS} simulated tasks, |B|=16, R=8, T={T_SIM}, {len(seeds)} seeds (mean ± std)")
+    print(f"bench.py sched: {N_TASKS} simulated tasks ({args.population} population), |B|=16, R=8, T={T_SIM}, "
+          f"{len(seeds)} seeds (mean ± std)")
     print(f"{'scheduler':26s} {'band@<50 %':>14s} {'under@<50 %':>14s} {'over@<50 %':>14s} {'in band % (all)':>16s} {'rollouts/R':>14s} "
           f"{'steps to 90%':>16s} {'final hint-free %':>18s}")
     for label, runs in rows.items():
@@ -177,7 +169,7 @@ def _stats(x):
 
 def bench_env(args):
     from envs import AlfEnv, EnvPool
-    from gamegen import load_tasks
+    from tasks import load_tasks
     tasks = load_tasks("train")
     res = {}
     print("bench.py env: real ALFWorld engine (alfworld + TextWorld PDDL) on the built-in games, ms (mean / p90)")
@@ -258,7 +250,7 @@ def bench_webshop(products=1000):
     expert replay and pool throughput under random actions (a random query for search[<query>])."""
     import webshop
     from envs import EnvPool
-    from gamegen import make_catalogue
+    from webshop import make_catalogue
     spec = {"env": "webshop", "backend": "lite", "seed": 0, "products": products, "max_steps": 15}
     print(f"\nWebShop-lite ({products} generated products; not WebShop numbers), ms:")
     t0 = time.time()
@@ -319,7 +311,8 @@ def bench_rollout(args):
     from transformers import AutoTokenizer
     from config import cache_dir, get_config
     from envs import EnvPool, room_text
-    from gamegen import load_tasks
+    from hints import ExpertSource, group
+    from tasks import load_tasks
     from rollout import HFEngine, encode_prompt, rollout, user_message
     from tiny import tiny_path
     cfg = get_config(["--preset", "cpu"])
@@ -365,7 +358,7 @@ def bench_rollout(args):
     print("\nrollout wall time, cpu preset (8 tasks x R=8, constrained, compact prompt, max 20 steps), seconds:")
     print(f"{'engine':8s} {'total':>7s} {'generation':>11s} {'environment':>12s} {'overhead':>9s} {'env steps':>10s}")
     for name, eng in engines.items():
-        groups = [{"task": t, "n": t["L"] // 2, "R": 8} for t in tasks[:8]]
+        groups = [group(ExpertSource(tasks), t, t["L"] // 2, 8) for t in tasks[:8]]
         out = rollout(eng, pool, tok, groups, cfg, seed=0)
         st = out["stats"]
         res[f"rollout_{name}"] = {k: st[k] for k in ("t_total", "t_gen", "t_env", "t_overhead", "env_steps")}
@@ -437,9 +430,10 @@ def bench_gpu(args):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from config import cache_dir
-    from gamegen import load_tasks
+    from tasks import load_tasks
     from parallel import autocast
-    from rollout import encode_prompt, response_logprobs
+    from rollout import encode_prompt
+    from update import response_logprobs
     from tiny import tiny_path
     cuda = not args.cpu
     if cuda and not torch.cuda.is_available():
@@ -454,7 +448,6 @@ def bench_gpu(args):
     device, dt = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
     tok = AutoTokenizer.from_pretrained(path)
     rows, res = [], {"device": torch.cuda.get_device_name() if cuda else "cpu", "vllm": have_vllm}
-    gb = lambda: torch.cuda.max_memory_allocated() / 2**30 if cuda else float("nan")  # noqa: E731
 
     def row(phase, status, **kv):
         rows.append({"phase": phase, "status": status, **kv})
@@ -581,6 +574,8 @@ def main():
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--only", default="", help="sched: only these registered schedulers (comma-separated) beside "
                     "Agent-G² (paper); further --<config flag> <value> pairs apply to them")
+    ap.add_argument("--population", default="alfworld", choices=list(POPULATIONS),
+                    help="sched: the simulated tasks (bimodal: each length group splits into an easy and a hard half)")
     ap.add_argument("--preset", default="cpu", help="step: the preset to time")
     ap.add_argument("--steps", type=int, default=4, help="step: training steps to run (the first is warm-up)")
     a, extra = ap.parse_known_args()

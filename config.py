@@ -1,8 +1,8 @@
 """One flat config for train.py, eval.py and bench.py (nanoGPT / CleanRL spirit).
 
 Every flag is a field of `Config` with a one-line help. A preset is a small Python file of
-assignments under config/ (cpu is the default; paper = docs/method.md §2 Table 5; released = docs/method.md §2.1).
-Command-line flags override the preset:
+assignments under config/ (cpu is the default; paper = docs/method.md §2 Table 5; released = docs/method.md
+§2.1). Command-line flags override the preset:
 
     python train.py --preset paper --scheduler linear --steps 50
     python train.py --help                      # every flag, one line each
@@ -16,7 +16,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from scheduler import KNOBS, KNOBS_TAKEN, RULES  # numpy + math only: the scheduler names and their help come from the registry
+# numpy + math only: the scheduler names and their help come from the registry
+from scheduler import KNOBS, KNOBS_TAKEN, RULES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PRESET_DIR = os.path.join(HERE, "config")
@@ -42,6 +43,7 @@ CHOICES = {
     "webshop_setting": ["authors", "human"],
     "eval_protocol": ["panel", "authors", "both"],
     "aux_agg": ["token-mean", "prefix-mean"],
+    "hint_source": ["expert", "self", "mixed"],
     "device": ["auto", "cpu", "cuda"],
     "dtype": ["auto", "float32", "bfloat16"],
     "parallel": ["ddp", "fsdp"],
@@ -88,6 +90,11 @@ class Config:
                            "(released code: train 500+, validate on the first 500 goals, duplicates removed)")
     webshop_setting: str = F("authors", "WebShop, official backend: authors (their 1,000-product files, synthetic goals) "
                              "| human (the full catalogue, human goals); lite's generated goals are synthetic")
+    hint_source: str = F("expert", "where the prefixes come from (hints.py): expert (the expert trajectories) | self "
+                         "(and, for a task without one, the shortest win the policy played) | mixed (each task's "
+                         "shortest of the two)")
+    drop_walkthroughs: float = F(0.0, "treat this fixed, seeded share of the training tasks as having no expert "
+                                 "trajectory (an experiment on hint-less tasks; 0 = none)")
     expert_data: str = F("", "expert trajectories in the authors' JSON ({\"trajectories\": [{\"id\", \"actions\", \"think\"}]}): "
                          "the hints and their thinks; a task without an entry keeps its walkthrough (hints.py)")
     train_split: str = F("train", "split used for training tasks (WebShop: train = goals 1500+)")
@@ -119,7 +126,7 @@ class Config:
                           "worker forks after it) instead of R replays: the same episodes, less env time")
     temperature: float = F(1.0, "rollout sampling temperature")
     # ---- scheduler (docs/method.md §2, §3, §4) ----
-    scheduler: str = F("g2", " | ".join(f"{k} ({r['help']})" for k, r in RULES.items()))
+    scheduler: str = F("g2", " | ".join(f"{k} ({r.help})" for k, r in RULES.items()))
     fixed_ratio: float = F(0.5, "ratio for --scheduler fixed")
     step_every: int = F(50, "step decay: one expert action fewer every this many steps")
     K: int = F(3, "number of task clusters")
@@ -183,13 +190,91 @@ class Config:
     overwrite: bool = F(False, "out_dir already holds a run: clear its checkpoints, log and summary first")
 
 
-# the schedulers' own knobs (scheduler.register(..., knobs=)) are fields like any other: flags, presets, config.json
+# the rules' own knobs (scheduler.Rule.knobs) are fields like any other: flags, presets, config.json
 _clash = sorted(set(KNOBS) & set(Config.__dataclass_fields__))
 if _clash:
     raise ValueError(f"scheduler knobs {_clash} clash with config fields of the same name: rename them")
 Config = dataclasses.make_dataclass("Config", [(k, type(d), F(d, h)) for k, (d, h) in KNOBS.items()], bases=(Config,))
 Config.__module__ = __name__  # make_dataclass says "types" before Python 3.12: pickle must find config.Config
 KNOBS_TAKEN[0] = True  # a rule registered from now on cannot add a field: scheduler.register says so
+
+
+# ---- the one list of methods: run_all.sh's grid, eval.py's tables, bench.py's simulation, eval.py diagnose's
+# replay and config/released.py read it. name -> (run_all.sh --only group, its flags beyond the preset). Table
+# sections follow the groups (report.TABLES); WebShop's entries are named ws_*. [beyond] entries go in no
+# grid.
+METHODS = {
+    "g2": ("main", "--scheduler g2"),
+    "grpo": ("main", "--scheduler none"),
+    "fixed": ("main", "--scheduler fixed --fixed_ratio 0.5"),
+    "linear": ("main", "--scheduler linear"),
+    "cosine": ("main", "--scheduler cosine"),
+    "step": ("main", "--scheduler step"),
+    "target_acc": ("main", "--scheduler target_acc"),
+    "binary": ("main", "--scheduler binary --max_probes 2"),
+    "enum": ("main", "--scheduler enum"),
+    "released": ("released", "--preset released"),  # the authors' launcher (GPU grid)
+    # the released code's depth rules on another preset (the CPU grid): the e065918 launchers' values
+    "released_rules": ("released", "--lam 0.3 --cap 0.8 --mu_update deadband --acc_low 0.5 --acc_high 0.5 "
+                                   "--stats_level traj --sigma_mode dynamic --K 5 --cluster_mode balanced"),
+    "g2_7b": ("main", "--scheduler g2 --model Qwen/Qwen2.5-7B-Instruct --parallel fsdp"),
+    "grpo_7b": ("main", "--scheduler none --model Qwen/Qwen2.5-7B-Instruct --parallel fsdp"),
+    "no_sampling": ("ablations", "--sampling none"),
+    "uniform": ("ablations", "--sampling uniform"),
+    "no_adapt_centre": ("ablations", "--lam 0"),
+    "no_adapt_spread": ("ablations", "--sigma_mode fixed --sigma_fixed 0.25"),
+    "no_aux": ("ablations", "--eta 0"),
+    "no_grpo": ("ablations", "--mode aux_only"),
+    "K1": ("clusters", "--K 1"),
+    "K5": ("clusters", "--K 5"),
+    "K10": ("clusters", "--K 10"),
+    "random": ("clusters", "--cluster_mode random"),
+    "sft_full": ("sft", "--mode sft_full"),
+    "sft_prefix": ("sft", "--mode sft_prefix"),
+    **{f"ws_{n}": ("webshop", f) for n, f in [("g2", "--scheduler g2"), ("grpo", "--scheduler none"),
+                                              ("fixed", "--scheduler fixed --fixed_ratio 0.5"),
+                                              ("linear", "--scheduler linear"), ("cosine", "--scheduler cosine"),
+                                              ("step", "--scheduler step"), ("target_acc", "--scheduler target_acc"),
+                                              ("binary", "--scheduler binary --max_probes 2"),
+                                              ("enum", "--scheduler enum")]},
+    "ws_released": ("released", "--preset released_webshop"),
+    # hint sources (the pick-two regime): half the tasks without an expert trajectory, hinted by the policy's
+    # own wins or left unhinted
+    "self_hints": ("hints", "--drop_walkthroughs 0.5 --hint_source self"),
+    "half_hints": ("hints", "--drop_walkthroughs 0.5"),
+    # [beyond] rules beyond the paper (bench.py sched simulates them)
+    "online_clusters": ("beyond", "--cluster_mode online"),
+    "proportional_mu": ("beyond", "--mu_update proportional"),
+    "hybrid_probe": ("beyond", "--hybrid_probe 1"),
+    "g2_ucb": ("beyond", "--scheduler g2_ucb"),
+    "g2_mix": ("beyond", "--scheduler g2_mix"),
+}
+# the rollout-budget sweep of the paper's Figure 2b (bench.py sched, eval.py diagnose): probes against
+# Agent-G²
+BUDGET = {"binary M=1": "--scheduler binary --max_probes 1", "binary M=2": "--scheduler binary --max_probes 2",
+          "binary M=3": "--scheduler binary --max_probes 3", "binary M=4": "--scheduler binary --max_probes 4",
+          "enum grid 0.5": "--scheduler enum --enum_grid 0.5", "enum grid 0.25": "--scheduler enum --enum_grid 0.25",
+          "enum every depth": "--scheduler enum", "Agent-G2": "", "Agent-G2 + hybrid": "--hybrid_probe 1"}
+
+
+def flag_values(flags):
+    """'--lam 0.3 --K 5' -> {"lam": 0.3, "K": 5}: a method's flags as config values (a --preset is left out)."""
+    args = vars(parser().parse_args(flags.split()))
+    return {k: v for k, v in args.items() if v is not None and k != "preset"}
+
+
+def scheduler_methods():
+    """[(name, config overrides)] of the methods that differ only in their depth rule: what bench.py sched
+    simulates and eval.py diagnose replays (not the training variants, the 7B rows, WebShop's copies or whole
+    presets)."""
+    training = {"mode", "eta", "model", "parallel", "hint_source", "drop_walkthroughs", "preset"}
+    out = []
+    for name, (group, flags) in METHODS.items():
+        values = flag_values(flags)
+        if group in ("main", "ablations", "clusters", "released", "beyond") and not name.startswith("ws_") \
+                and "--preset" not in flags and not set(values) & training:
+            out.append((name, values))
+    return out
 
 
 def defaults():
@@ -284,6 +369,8 @@ def validate(cfg):
         raise ValueError("--ppo_mini_batch and --entropy_coef must be >= 0")
     if cfg.max_steps < 1 or cfg.max_new_tokens < 1:
         raise ValueError("--max_steps and --max_new_tokens must be >= 1")
+    if not 0 <= cfg.drop_walkthroughs <= 1:
+        raise ValueError("--drop_walkthroughs must lie in [0, 1]")
     if cfg.authors_every < 1 or cfg.authors_episodes < 1:
         raise ValueError("--authors_every and --authors_episodes must be >= 1")
     if cfg.cluster_mode == "webshop_3" and cfg.K != 3:
@@ -332,9 +419,20 @@ def get_config(argv=None, description="", extra=None, base=None):
     except (ValueError, TypeError) as e:
         p.exit(2, f"error: {e}\n")
     cfg.preset = args.preset  # recorded in the dump, not a flag of its own
+    for rule in RULES.values():  # a rule's own flag under another rule does nothing: say so, once
+        for knob, (default, _) in rule.knobs.items():
+            if rule.name != cfg.scheduler and getattr(cfg, knob) != default:
+                print(f"warning: --{knob} belongs to --scheduler {rule.name}; under --scheduler {cfg.scheduler} it does "
+                      "nothing", file=sys.stderr)
     if extra:
         return cfg, argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in known and k != "preset"})
     return cfg
+
+
+def print_methods():
+    """`python config.py methods`: one line per method, name <tab> group <tab> flags (run_all.sh reads them)."""
+    for name, (group, flags) in METHODS.items():
+        print(f"{name}\t{group}\t{flags}")
 
 
 def git_commit():
@@ -376,3 +474,9 @@ def official_root():
             "Either download it on a machine with internet (`pip install alfworld && alfworld-download`, then "
             "export ALFWORLD_DATA=<that dir>), or use the built-in generated games (--games builtin).")
     return root
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["methods"]:
+        sys.exit("usage: python config.py methods")
+    print_methods()

@@ -30,9 +30,10 @@ import time
 import traceback
 from multiprocessing.connection import Connection
 
-from gamegen import BUILTIN, BUILTIN_TAR, HERE, INVALID_OBS, _alfworld_env, length_table, load_tasks, make_builtin, make_games
-from hints import attach_expert_data, read_expert_file
-from webshop import WEBSHOP_SPLITS, WebShopEnv, load_webshop_tasks, scripted_expert, webshop_doctor
+from gamegen import INVALID_OBS, _alfworld_env, make_builtin, make_games
+from tasks import BUILTIN, BUILTIN_TAR, HERE, length_table, load_tasks
+from webshop import WEBSHOP_SPLITS, WebShopEnv, scripted_expert, webshop_spec
+from webshop_doctor import webshop_doctor
 
 
 # ---------------------------------------------------------------------------------------------
@@ -386,44 +387,9 @@ class EnvPool:
 def env_spec(cfg):
     """What a pool worker needs to build its environment, from the run config."""
     if cfg.env == "webshop":  # split: paper | authors (webshop.webshop_split_indices)
-        return {"env": "webshop", "backend": cfg.webshop_backend, "seed": cfg.webshop_seed,
-                "products": cfg.webshop_products, "path": os.environ.get("WEBSHOP_PATH", ""),
-                "max_steps": cfg.max_steps, "split": cfg.webshop_split, "setting": cfg.webshop_setting}
+        return webshop_spec(cfg)
     return {"env": "alfworld", "fork_prefix": cfg.fork_prefix}
 
-
-def tasks_for(cfg, split, verbose=False):
-    """The tasks of a split for the configured environment (ALFWorld games or WebShop goals). The training split's
-    hints come from --expert_data where it has an entry (hints.py), else from each task's own walkthrough."""
-    if cfg.env == "webshop":
-        return load_webshop_tasks(split, env_spec(cfg), cfg.cache_dir or None, cfg.expert_data, verbose)
-    tasks = load_tasks(split, cfg.games, cfg.cache_dir or None, cfg.task_types.split(",") if cfg.task_types else None,
-                       verbose)
-    if cfg.expert_data and split == cfg.train_split:
-        tasks, note = attach_expert_data(tasks, read_expert_file(cfg.expert_data), "alfworld")
-        if verbose:
-            print(note)
-    return tasks
-
-
-def train_subset(tasks, n):
-    """--train_games: a fixed seeded subset of n tasks (all when n = 0), in split order; balanced over task types
-    in expectation. The same subset in train.py and eval.py."""
-    import numpy as np
-    return [tasks[i] for i in sorted(np.random.default_rng(1234).permutation(len(tasks))[:n])] if n else tasks
-
-
-def batch_indices(step, B, N, seed):
-    """|B| task indices of a training step: epoch-wise permutations of the N tasks seeded by (seed, epoch), read
-    in order across epoch boundaries. A pure function of the step, so a resumed run sees the same batches."""
-    import numpy as np
-    idx, epoch = [], (step * B) // N
-    while len(idx) < B:
-        perm = np.random.default_rng([seed, epoch]).permutation(N)
-        start = (step * B + len(idx)) - epoch * N
-        idx += perm[start:start + B - len(idx)].tolist()
-        epoch += 1
-    return idx
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -1,6 +1,5 @@
-"""Tasks and offline generators: ALFWorld's shared constants, task loading (the built-in generated set or the
-official data) and game generator, and the WebShop-lite catalogue (seeded synthetic products and goals in WebShop's
-data schema). envs.py and webshop.py play what this file loads; they import from here, never the other way round.
+"""ALFWorld's offline game generator: games in the official layout, from alfworld's own generator pieces, and the
+built-in set shipped in data/alfworld_builtin.tar.gz (tasks.py loads it, envs.py plays it).
 
     python envs.py make-games --split train --n 200 --seed 0 --out DIR   # ALFWorld-format games, offline
     python envs.py make-builtin                                           # rebuild data/alfworld_builtin.tar.gz
@@ -15,7 +14,6 @@ wheel; valid_unseen uses ALFRED's held-out scenes.
 import argparse
 import collections
 import functools
-import glob
 import importlib.machinery
 import importlib.util
 import json
@@ -29,74 +27,13 @@ import tarfile
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-BUILTIN_TAR = os.path.join(HERE, "data", "alfworld_builtin.tar.gz")
-BUILTIN = dict(train=240, valid_seen=48, valid_unseen=48)  # games per split in the built-in set
-TASK_TYPES = ["pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
-              "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place"]
-INVALID_OBS = "Nothing happens."
+from tasks import BUILTIN, BUILTIN_TAR, TASK_TYPES, length_table
+
+INVALID_OBS = "Nothing happens."  # the engine's answer to an action it cannot take
 
 
 def _alfworld_env():  # the alfworld package reads $ALFWORLD_DATA at import
     os.environ.setdefault("ALFWORLD_DATA", os.path.join(tempfile.gettempdir(), "alfworld_data"))
-
-
-# ---------------------------------------------------------------------------------------------
-# Tasks: the built-in set (shipped tarball, extracted to the cache) or the official data.
-# ---------------------------------------------------------------------------------------------
-def builtin_root(cache):
-    root = os.path.join(cache, "alfworld_builtin")
-    manifest = os.path.join(root, "manifest.json")
-    with tarfile.open(BUILTIN_TAR) as tf:
-        want = json.load(tf.extractfile("manifest.json"))
-        if os.path.exists(manifest) and json.load(open(manifest)) == want:
-            return root
-        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=cache)
-        tf.extractall(tmp, filter="data") if sys.version_info >= (3, 12) else tf.extractall(tmp)
-    shutil.rmtree(root, ignore_errors=True)
-    os.replace(tmp, root)
-    return root
-
-
-def load_tasks(split, games="builtin", cache=None, task_types=None, verbose=False):
-    """Sorted, deterministic list of tasks: {id, gamefile, task_type, walkthrough, L}. Skips unsolvable,
-    'movable' and 'Sliced' games, as alfworld does."""
-    from config import cache_dir, official_root
-    root = builtin_root(cache or cache_dir()) if games == "builtin" else official_root()
-    split_dir = os.path.join(root, split)
-    if not os.path.isdir(split_dir):
-        raise FileNotFoundError(f"no split '{split}' under {root} (have: {sorted(os.listdir(root))})")
-    tasks = []
-    for gf in sorted(glob.glob(os.path.join(split_dir, "**", "game.tw-pddl"), recursive=True)):
-        d = os.path.dirname(gf)
-        if "movable" in d or "Sliced" in d:
-            continue
-        g = json.load(open(gf))
-        if not g.get("solvable") or not g.get("walkthrough"):
-            continue
-        tt = json.load(open(os.path.join(d, "traj_data.json")))["task_type"]
-        if task_types and tt not in task_types:
-            continue
-        tasks.append({"id": os.path.relpath(d, root), "gamefile": gf, "task_type": tt,
-                      "walkthrough": g["walkthrough"], "L": len(g["walkthrough"])})
-    if verbose:
-        print(f"[envs] {games} {split}: {len(tasks)} games from {split_dir}")
-    return tasks
-
-
-def length_table(tasks):
-    """Expert-length distribution per task type (min / mean / max, n)."""
-    by = collections.defaultdict(list)
-    for t in tasks:
-        by[t["task_type"]].append(t["L"])
-    rows = [f"{'task type':32s} {'n':>4s} {'min':>4s} {'mean':>5s} {'max':>4s}"]
-    for tt in [t for t in TASK_TYPES if t in by] + sorted(set(by) - set(TASK_TYPES)) + ["all"]:
-        L = [t["L"] for t in tasks] if tt == "all" else by[tt]
-        if L:
-            rows.append(f"{tt:32s} {len(L):4d} {min(L):4d} {sum(L) / len(L):5.1f} {max(L):4d}")
-    return "\n".join(rows)
-
-
 
 
 ROOMS_FOR_TASK = {"pick_and_place_simple": ["Kitchen", "LivingRoom", "Bedroom", "Bathroom"],
@@ -426,106 +363,3 @@ def make_builtin(seed=0):
                 tf.addfile(info, open(p, "rb"))
     shutil.rmtree(tmp)
     print(f"wrote {BUILTIN_TAR} ({os.path.getsize(BUILTIN_TAR) / 1e6:.1f} MB) in {time.time() - t0:.0f}s")
-
-
-# ---------------------------------------------------------------------------------------------
-# WebShop-lite catalogue: seeded synthetic products in WebShop's raw product schema (asin, name,
-# full_description, small_description, pricing, customization_options, category, query, product_category),
-# the attribute file of items_ins_v2 (attributes, instruction, instruction_attributes) and synthetic goals
-# (one per product x option combination, with a price cap). Generated here, never copied from WebShop.
-# ---------------------------------------------------------------------------------------------
-WEBSHOP_VOCAB = {  # category: (path, product types, attributes, {option name: values})
-    "fashion": ("Clothing, Shoes & Jewelry › Men › Clothing",
-                ["t-shirt", "hoodie", "jeans", "sweater", "sneakers", "rain jacket", "polo shirt", "shorts"],
-                ["machine wash", "cotton", "slim fit", "long sleeve", "relaxed fit", "quick dry", "button closure"],
-                {"color": ["black", "white", "navy blue", "red", "grey", "olive green"],
-                 "size": ["small", "medium", "large", "xl"]}),  # not 'x-large': WebShop's option score gives
-    # 'large' full marks for a goal's ('size', 'x-large') (its tokens are a subset), so a wrong size would win
-    "grocery": ("Grocery & Gourmet Food › Snacks & Beverages",
-                ["coffee beans", "green tea", "protein bar", "trail mix", "granola", "hot sauce", "almond butter"],
-                ["gluten free", "sugar free", "low calorie", "non gmo", "organic", "keto friendly", "high protein"],
-                {"flavor": ["vanilla", "chocolate", "original", "sea salt", "cinnamon", "berry"],
-                 "size": ["6 pack", "12 pack", "24 pack"]}),
-    "beauty": ("Beauty & Personal Care › Skin Care",
-               ["shampoo", "face cream", "lip balm", "body lotion", "sunscreen", "hair oil", "face wash"],
-               ["paraben free", "long lasting", "sensitive skin", "natural ingredients", "cruelty free",
-                "fragrance free", "dry skin"],
-               {"scent": ["lavender", "coconut", "unscented", "citrus", "rose"],
-                "size": ["2 ounce", "8 ounce", "16 ounce"]}),
-    "electronics": ("Electronics › Accessories & Supplies",
-                    ["hdmi cable", "phone case", "wireless earbuds", "usb charger", "power bank", "keyboard",
-                     "webcam"],
-                    ["fast charging", "high speed", "water resistant", "easy install", "noise cancelling",
-                     "plug and play", "long battery life"],
-                    {"color": ["black", "white", "silver", "blue", "pink"],
-                     "style": ["3 feet", "6 feet", "10 feet", "2 pack"]}),
-    "home": ("Home & Kitchen › Bedding & Decor",
-             ["throw pillow", "blackout curtain", "bath towel", "scented candle", "area rug", "table lamp",
-              "storage basket"],
-             ["easy clean", "machine washable", "living room", "eco friendly", "non slip", "bedroom",
-              "super soft"],
-             {"color": ["beige", "dark grey", "ivory", "teal", "brown", "black"],
-              "size": ["small", "medium", "large", "queen", "king"]}),
-}
-WEBSHOP_BRANDS = ["acme", "northwind", "lumo", "brightly", "orchard", "kestrel", "tidewater", "foxglove",
-                  "ironbark", "meadow", "pinecrest", "solace", "vantage", "willow", "zephyr"]
-WEBSHOP_STYLES = ["classic", "premium", "everyday", "deluxe", "essential", "modern", "compact", "ultra"]
-WEBSHOP_ASKS = ["i need {a} {t}", "i am looking for {a} {t}", "find me {a} {t}", "i want to buy {a} {t}",
-                "get me {a} {t}"]
-
-
-def fixed_price(product):
-    """A product's price: its single price, or a point of its range fixed once per product (as WebShop fixes
-    range prices at load), so goals and the site agree on it."""
-    ends = [float(x.strip(" -")) for x in product["pricing"].split("$")[1:]] or [100.0]
-    return ends[0] if len(ends) == 1 else round(random.Random(product["asin"]).uniform(ends[0], ends[1]), 2)
-
-
-def make_catalogue(seed=0, n_products=1000):
-    """-> (products [raw WebShop schema], attributes {asin: items_ins_v2 entry}, goals [synthetic, shuffled]).
-    Deterministic for (seed, n_products): one RNG, no global state."""
-    rng = random.Random(f"webshop-lite/{seed}/{n_products}")
-    products, attrs, asins = [], {}, set()
-    cats = sorted(WEBSHOP_VOCAB)
-    for i in range(n_products):
-        cat = cats[i % len(cats)]
-        path, types, pool, opts = WEBSHOP_VOCAB[cat]
-        while True:
-            asin = "B0" + "".join(rng.choice("ABCDEFGHJKLMNPQRSTUVWXYZ0123456789") for _ in range(8))
-            if asin not in asins:
-                asins.add(asin)
-                break
-        ptype, a = rng.choice(types), rng.sample(pool, rng.randint(2, 3))
-        name = f"{rng.choice(WEBSHOP_BRANDS).title()} {rng.choice(WEBSHOP_STYLES).title()} {a[0].title()} " \
-               f"{ptype.title()}"
-        lo = round(rng.uniform(5, 120), 2)
-        pricing = f"${lo:.2f}" if rng.random() < 0.7 else f"${lo:.2f} - ${lo + round(rng.uniform(2, 30), 2):.2f}"
-        options = {}
-        for oname in sorted(rng.sample(sorted(opts), rng.randint(0, 2))):
-            options[oname] = [{"value": v, "image": None} for v in rng.sample(opts[oname], rng.randint(2, 3))]
-        products.append({
-            "asin": asin, "name": name, "category": cat, "query": ptype,
-            "product_category": f"{path} › {ptype.title()}",
-            "full_description": f"This {ptype} is {' and '.join(a[1:])}. Made by {name.split()[0]}.",
-            "small_description": [f"{x.capitalize()}." for x in a[1:]] + [f"Great {ptype} for every day."],
-            "pricing": pricing, "customization_options": options or None, "images": [None]})
-        ask = rng.choice(WEBSHOP_ASKS).format(a=" and ".join(a), t=ptype)
-        attrs[asin] = {"attributes": a, "instruction": ask, "instruction_attributes": a}
-    goals = []
-    for p in products:
-        price = fixed_price(p)
-        combos = [{}]
-        for oname, vals in (p["customization_options"] or {}).items():
-            combos = [{**c, oname: v["value"]} for c in combos for v in vals]
-        for combo in combos:
-            caps = [10 * (int(price // 10) + k) for k in range(1, 5)]  # next four multiples of 10
-            cap = max(rng.sample(caps, 2))
-            inst = attrs[p["asin"]]["instruction"]
-            text = inst + (" with " + ", and ".join(f"{k}: {v}" for k, v in combo.items()) if combo else "") + \
-                f", and price lower than {cap:.2f} dollars"
-            goals.append({"asin": p["asin"], "category": p["category"], "query": p["query"], "name": p["name"],
-                          "product_category": p["product_category"], "instruction_text": text,
-                          "attributes": attrs[p["asin"]]["instruction_attributes"], "goal_options": combo,
-                          "price_upper": float(cap)})
-    rng.shuffle(goals)  # goal i is a stable id: the order depends only on (seed, n_products)
-    return products, attrs, goals

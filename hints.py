@@ -1,26 +1,38 @@
-"""Where the hints come from: the expert trajectories whose first n actions are replayed before the policy acts.
+"""Where the hints come from: every replayed prefix comes from one interface, a hint source.
 
-    entries = read_expert_file("sft_data/alfworld_sft_data.json")   # the authors' released expert data
-    tasks, note = attach_expert_data(tasks, entries, "alfworld")     # each task's hint: its entry, else its walkthrough
+    source = make_source(cfg, train_tasks)           # --hint_source expert|self|mixed, --drop_walkthroughs F
+    source.hint(task) -> (actions, thinks) | None    # what to replay the first n steps of; L = len(actions)
+    source.observe(episodes) -> task ids             # it learns from the played episodes: whose hint changed
+    source.state_dict() / source.load_state_dict(sd) # saved with every checkpoint (train.py's run state)
+    group(source, task, n, R) -> a rollout group     # {"task", "n", "R", "prefix": the n actions, "thinks"}
 
-The authors' file is {"trajectories": [{"id", "task_type", "actions", "think"}, ...]}: 3,553 ALFWorld entries, one
-per training game, each step with an LLM-written think. Their actions need not be the game's walkthrough (several
-search shelf after shelf before they take the object): the hints the paper used are these. An ALFWorld entry is
-matched to its game by the game's trial folder (trial_T..., the entry id's tail); a WebShop entry by its target key
-(ASIN and option values). A task with an entry replays its actions (L = their number) and its aux / SFT targets
-carry the thinks; a task without one keeps its own walkthrough (ALFWorld's hand-coded expert, WebShop's scripted
-expert), counted in the start-up log.
+Two sources ship. `ExpertSource`: the tasks' expert trajectories, i.e. the games' walkthroughs, or the
+authors' expert data where --expert_data has an entry (read below, with its thinks). `SelfSource`: the
+shortest winning trajectory the policy itself has played for the task, valid actions only, the replayed prefix
+included (an invalid action leaves the state as it was, so skipping it replays the same episode). A task with
+no hint yet is played at depth 0, and its group does not move the scheduler's statistics (train.py). A new
+source is a class with these four methods, and one line in make_source.
+
+The authors' file is {"trajectories": [{"id", "task_type", "actions", "think"}, ...]}: 3,553 ALFWorld entries,
+one per training game, each step with an LLM-written think. Their actions need not be the game's walkthrough
+(several search shelf after shelf before they take the object): the hints the paper used are these. An
+ALFWorld entry is matched to its game by the game's trial folder (trial_T..., the entry id's tail); a WebShop
+entry by its target key (ASIN and option values). A task with an entry replays its actions (L = their number)
+and its aux / SFT targets carry the thinks; a task without one keeps its own walkthrough, counted in the
+start-up log.
 """
 import collections
 import json
 import os
 import re
 
+import numpy as np
+
 
 def read_expert_file(path):
-    """The entries of an expert file, read as the authors' loader reads them: actions stripped and empty ones dropped,
-    each think kept beside its action ("" where the list runs short) [ZJU-REAL/Agent-G2 gmsv/alfworld.py,
-    GMSVAlfworldPrefixRuntime._load_expert_store].
+    """The entries of an expert file, read as the authors' loader reads them: actions stripped and empty ones
+    dropped, each think kept beside its action ("" where the list runs short) [ZJU-REAL/Agent-G2
+    gmsv/alfworld.py, GMSVAlfworldPrefixRuntime._load_expert_store].
     -> [{"id", "actions", "thinks"}]; a malformed entry raises ValueError naming it."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"--expert_data {path}: no such file (the authors' sft_data/alfworld_sft_data.json or "
@@ -59,8 +71,9 @@ def trial_aliases(entry_id):
 
 
 def parse_target_key(text):
-    """'B07WMMYB6G::#2 navy#1|30#1'-style WebShop key text -> (ASIN, ((value, count), ...)) or None. A value may hold
-    '|': parts are joined until one ends in '#<count>' [ZJU-REAL/Agent-G2 gmsv/webshop.py, normalize_target_key]."""
+    """'B07WMMYB6G::#2 navy#1|30#1'-style WebShop key text -> (ASIN, ((value, count), ...)) or None. A value
+    may hold '|': parts are joined until one ends in '#<count>' [ZJU-REAL/Agent-G2 gmsv/webshop.py,
+    normalize_target_key]."""
     if not isinstance(text, str) or "::" not in text:
         return None
     asin, rest = text.split("::", 1)
@@ -76,9 +89,10 @@ def parse_target_key(text):
 
 def attach_expert_data(tasks, entries, env, key_of=None):
     """Give each task its entry's actions and thinks as its hint; a task without one keeps its walkthrough.
-    ALFWorld: matched by trial folder (an id first, then the trial_ tail; the first entry wins an alias, a repeated
-    id the last, as in theirs). WebShop: key_of(task) -> its target key (webshop.goal_target_key), matched
-    against each entry's id; the first entry of a key wins (gmsv/webshop.py). -> (tasks, one-line note)."""
+    ALFWorld: matched by trial folder (an id first, then the trial_ tail; the first entry wins an alias, a
+    repeated id the last, as in theirs). WebShop: key_of(task) -> its target key (webshop.goal_target_key),
+    matched against each entry's id; the first entry of a key wins (gmsv/webshop.py). -> (tasks, one-line
+    note)."""
     index = {}
     if env == "webshop":
         for e in entries:
@@ -98,3 +112,103 @@ def attach_expert_data(tasks, entries, env, key_of=None):
     note = (f"[hints] expert data: {counts['expert']} of {len(tasks)} training tasks matched; "
             f"{counts['walkthrough']} keep their own walkthrough")
     return out, note
+
+
+# ---- the hint sources
+class ExpertSource:
+    """The tasks' expert trajectories (walkthroughs, or the expert data attach_expert_data put in their
+    place); `dropped`: task ids treated as having none (--drop_walkthroughs). Learns nothing."""
+
+    def __init__(self, tasks, dropped=()):
+        self.trajectories = {t["id"]: (list(t["walkthrough"]), list(t.get("thinks") or [])) for t in tasks
+                             if t["walkthrough"] and t["id"] not in set(dropped)}
+
+    def hint(self, task):
+        return self.trajectories.get(task["id"])
+
+    def observe(self, episodes):
+        return []
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, sd):
+        pass
+
+
+class SelfSource:
+    """The shortest won trajectory the policy has played per task: its episodes' "played" actions (the
+    replayed prefix and the valid actions after it). No thinks: its aux targets carry an empty one."""
+
+    def __init__(self):
+        self.best = {}  # task id -> actions
+
+    def hint(self, task):
+        return (self.best[task["id"]], []) if task["id"] in self.best else None
+
+    def observe(self, episodes):
+        changed = []
+        for e in episodes:
+            if e["won"] and not e["error"] and (e["task_id"] not in self.best or
+                                                len(e["played"]) < len(self.best[e["task_id"]])):
+                self.best[e["task_id"]] = list(e["played"])
+                changed.append(e["task_id"])
+        return sorted(set(changed))
+
+    def state_dict(self):
+        return {"best": dict(self.best)}
+
+    def load_state_dict(self, sd):
+        self.best = {k: list(v) for k, v in sd["best"].items()}
+
+
+class FirstOf:
+    """--hint_source self: the first source with a hint for the task (the expert's, else the policy's own win)."""
+
+    def __init__(self, *sources):
+        self.sources = sources
+
+    def hint(self, task):
+        return next((h for h in (s.hint(task) for s in self.sources) if h), None)
+
+    def observe(self, episodes):
+        return sorted({t for s in self.sources for t in s.observe(episodes)})
+
+    def state_dict(self):
+        return {str(j): s.state_dict() for j, s in enumerate(self.sources)}
+
+    def load_state_dict(self, sd):
+        for j, s in enumerate(self.sources):
+            s.load_state_dict(sd[str(j)])
+
+
+class Shortest(FirstOf):
+    """--hint_source mixed: the shortest of the sources' hints (an own win shorter than the expert's replaces it)."""
+
+    def hint(self, task):
+        hints = [h for h in (s.hint(task) for s in self.sources) if h]
+        return min(hints, key=lambda h: len(h[0])) if hints else None
+
+
+def dropped_ids(tasks, share):
+    """--drop_walkthroughs: a fixed share of the training tasks, drawn with one seed for every run (so every
+    method and seed compares on the same tasks), treated as having no expert trajectory."""
+    ids = sorted(t["id"] for t in tasks)
+    return sorted(ids[i] for i in np.random.default_rng(2024).permutation(len(ids))[:round(share * len(ids))])
+
+
+def make_source(cfg, tasks):
+    """--hint_source: expert (the expert trajectories alone) | self (the expert's, and for a task without one
+    the policy's own shortest win) | mixed (each task's shortest of the two)."""
+    expert = ExpertSource(tasks, dropped_ids(tasks, cfg.drop_walkthroughs) if cfg.drop_walkthroughs else ())
+    if cfg.hint_source == "expert":
+        return expert
+    return (FirstOf if cfg.hint_source == "self" else Shortest)(expert, SelfSource())
+
+
+def group(source, task, n, R):
+    """A rollout group: R episodes of `task` after the first n actions of its hint (none: n must be 0)."""
+    actions, thinks = source.hint(task) or ([], [])
+    if n > len(actions):
+        raise ValueError(f"task {task['id']}: a prefix of {n} steps, but its hint has {len(actions)}")
+    return {"task": task, "n": n, "R": R, "prefix": actions[:n], "thinks": thinks[:n]}

@@ -1,15 +1,16 @@
-"""Distributed setup and precision for train.py: process groups, fp32 master weights under bf16 compute, and the
-per-rank memory arithmetic of the GPU presets.
+"""Distributed setup and precision for train.py: process groups, fp32 master weights under bf16 compute, and
+the per-rank memory arithmetic of the GPU presets.
 
     ddp, rank, world, local_rank, device = init_distributed(use_cuda)   # torchrun env -> process group
     ctx = autocast(device, compute_dtype)                                 # bf16 forward over fp32 weights
     python parallel.py memory                                             # the memory table of docs/gpu.md
 
 Process groups: on CUDA, one group with two backends ("cpu:gloo,cuda:nccl"), so CPU tensors (step counts, stop
-flags, update sizes) and all_gather_object go over gloo and CUDA tensors (DDP/FSDP gradients) over NCCL. On CPU,
-gloo alone. The timeout is long because one rank's rollouts can keep the others waiting for minutes.
-Ranks: LOCAL_RANK picks the device, RANK / WORLD_SIZE split the data, global rank 0 writes logs and checkpoints;
-node-local caches (the tiny model, extracted games) are built by each node's local rank 0 first (`local_first`).
+flags, update sizes) and all_gather_object go over gloo and CUDA tensors (DDP/FSDP gradients) over NCCL. On
+CPU, gloo alone. The timeout is long because one rank's rollouts can keep the others waiting for minutes.
+Ranks: LOCAL_RANK picks the device, RANK / WORLD_SIZE split the data, global rank 0 writes logs and
+checkpoints; node-local caches (the tiny model, extracted games) are built by each node's local rank 0 first
+(`local_first`).
 """
 import contextlib
 import datetime
@@ -66,6 +67,16 @@ def all_sum(n, ddp):
     return int(t.item())
 
 
+def reduce_dict(values, ddp, op="sum"):
+    """{name: number} summed (op "max": maxed) over ranks, as floats, one all-reduce for all of them (keys in
+    sorted order, so every rank sends the same layout); the values themselves without a process group."""
+    keys = sorted(values)
+    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
+    if ddp:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+    return dict(zip(keys, t.tolist()))
+
+
 def compute_dtype(name, use_cuda):
     """--dtype: the compute dtype of the forward passes (the policy's master weights stay fp32)."""
     if name == "auto":
@@ -82,11 +93,12 @@ def autocast(device, dtype):
 
 
 def fsdp2_shard(policy, ref, dtype):
-    """FSDP2 (fully_shard): every decoder layer its own group, then the root (embedding, final norm, lm_head), for
-    the policy and the reference alike; bf16 compute over fp32 shards, fp32 gradient reduction. The reference is
-    resharded after its forward, root group included: it never runs a backward, which is where FSDP2 reshards a
-    root that keeps its parameters unsharded after the forward (the default for a root, reshard_after_forward=None),
-    so its embedding and lm_head (2 GB at 7B in bf16) would stay gathered for good."""
+    """FSDP2 (fully_shard): every decoder layer its own group, then the root (embedding, final norm, lm_head),
+    for the policy and the reference alike; bf16 compute over fp32 shards, fp32 gradient reduction. The
+    reference is resharded after its forward, root group included: it never runs a backward, which is where
+    FSDP2 reshards a root that keeps its parameters unsharded after the forward (the default for a root,
+    reshard_after_forward=None), so its embedding and lm_head (2 GB at 7B in bf16) would stay gathered for
+    good."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
     for m, reshard_root in [(policy, None)] + ([(ref, True)] if ref is not None else []):
@@ -113,20 +125,22 @@ def kv_bytes_per_token(layers, kv_heads, head_dim, dtype_bytes=2):
 
 def memory_gb(size, world=8, fsdp=False, seqs=16, seq_len=4608, micro_batch=8, resp_len=512, graph_pool_gb=1.0,
               context_gb=1.0):
-    """Per-rank GiB of the GPU presets, as the code allocates it. -> {row: GiB}; "peak" = the resident rows + the
-    largest of the transient phases (a micro-batch's backward, the optimizer step). seqs: sequences a rank plays at
-    once (|B| R / world = 16); seq_len: prompt budget + reply budget (4096 + 512); resp_len: the reply budget.
-    The two allowances are not derived from the code: vLLM prints its CUDA-graph pool at start-up ("Graph capturing
-    finished ... took N GiB"); the CUDA context (the kernels of torch and vLLM) and NCCL's buffers per process."""
+    """Per-rank GiB of the GPU presets, as the code allocates it. -> {row: GiB}; "peak" = the resident rows +
+    the largest of the transient phases (a micro-batch's backward, the optimizer step). seqs: sequences a rank
+    plays at once (|B| R / world = 16); seq_len: prompt budget + reply budget (4096 + 512); resp_len: the
+    reply budget. The two allowances are not derived from the code: vLLM prints its CUDA-graph pool at
+    start-up ("Graph capturing finished ... took N GiB"); the CUDA context (the kernels of torch and vLLM) and
+    NCCL's buffers per process."""
     m = QWEN[size]
     P, shard = m["params"], (world if fsdp else 1)
     tok = micro_batch * seq_len  # tokens of one micro-batch, padded to its longest row
     rows = {
         "policy weights, fp32 master": 4 * P / shard,
-        "gradients, fp32": 4 * P / shard,  # DDP: views of its reduction buckets; FSDP2: sharded after the reduce
+        # DDP: views of its reduction buckets; FSDP2: sharded after the reduce
+        "gradients, fp32": 4 * P / shard,
         "AdamW m and v, fp32": 8 * P / shard,
-        # DDP: an fp32 reference under the policy's autocast, so both keep an fp32 residual stream (KL 0 at step 0);
-        # FSDP2: bf16 shards, which FSDP2's mixed precision gives the policy too
+        # DDP: an fp32 reference under the policy's autocast, so both keep an fp32 residual stream (KL 0 at
+        # step 0); FSDP2: bf16 shards, which FSDP2's mixed precision gives the policy too
         "reference weights": (2 * P / shard) if fsdp else 4 * P,
         "vLLM weights, bf16": 2 * P,
         "vLLM KV cache (rollout.kv_cache_gb)": seqs * seq_len * kv_bytes_per_token(m["layers"], m["kv_heads"],
@@ -134,27 +148,32 @@ def memory_gb(size, world=8, fsdp=False, seqs=16, seq_len=4608, micro_batch=8, r
         "vLLM CUDA-graph pool (allowance)": graph_pool_gb * GB,
         "CUDA context + NCCL buffers (allowance)": context_gb * GB,
     }
-    if fsdp:  # FSDP2 all-gathers a group for its forward and backward: the root group (embedding, lm_head) stays
+    # FSDP2 all-gathers a group for its forward and backward: the root group (embedding, lm_head) stays
+    if fsdp:
         # gathered from the policy's forward to its backward (root default), and one layer is gathered ahead
         layer = (P - m["root"]) / m["layers"]
         rows["FSDP2: root group gathered, bf16"] = 2 * m["root"]
         rows["FSDP2: two layer groups gathered, bf16"] = 2 * 2 * layer
     transient = {
-        # gradient checkpointing keeps each layer's input (bf16); the layer being recomputed in the backward holds
-        # its activations (~8 hidden-wide + 4 intermediate-wide tensors per token, bf16) and as much again in grads
+        # gradient checkpointing keeps each layer's input (bf16); the layer being recomputed in the backward
+        # holds its activations (~8 hidden-wide + 4 intermediate-wide tensors per token, bf16) and as much
+        # again in grads
         "backward: checkpointed layer inputs": tok * m["hidden"] * 2 * m["layers"],
         "backward: one layer recomputed, with its gradients": tok * (8 * m["hidden"] + 4 * m["inter"]) * 2 * 2,
-        # the response positions' logits (rollout.response_logprobs, logits_to_keep): bf16 out of lm_head, an fp32
-        # copy into one log_softmax (grpo.token_logprobs_entropy keeps only that); the backward's peak holds the
-        # log-probs, their gradient, a recomputed exp and the softmax's input gradient: ~16 B per (token, vocab)
+        # the response positions' logits (rollout.response_logprobs, logits_to_keep): bf16 out of lm_head, an
+        # fp32 copy into one log_softmax (grpo.token_logprobs_entropy keeps only that); the backward's peak
+        # holds the log-probs, their gradient, a recomputed exp and the softmax's input gradient: ~16 B per
+        # (token, vocab)
         "backward: response logits, 16 B per token x vocab": micro_batch * resp_len * m["vocab"] * 16,
     }
     if fsdp:  # the root group's gradients, unsharded in bf16 then cast to fp32 for the reduce-scatter
         transient["backward: root group gradients before the reduce (bf16 + fp32)"] = (2 + 4) * m["root"]
-    else:  # DDP's first backward: autograd's own .grad tensors exist beside the buckets until they become views
+    # DDP's first backward: autograd's own .grad tensors exist beside the buckets until they become views
+    else:
         transient["backward, first step only: DDP grads before they are bucket views"] = 4 * P
     # torch AdamW (foreach, the CUDA default: torch/optim/adamw.py -> adam.py _multi_tensor_adam) builds
-    # sqrt(v) / sqrt(bc2) + eps for every parameter of the group at once: one fp32 copy of the (local) parameters
+    # sqrt(v) / sqrt(bc2) + eps for every parameter of the group at once: one fp32 copy of the (local)
+    # parameters
     step = {"optimizer step: AdamW foreach temporaries (sqrt v)": 4 * P / shard}
     out = {k: v / GB for k, v in {**rows, **transient, **step}.items()}
     resident = sum(rows.values())
@@ -166,7 +185,8 @@ def memory_table():
     cols = [memory_gb("1.5B"), memory_gb("7B", fsdp=True)]
     phase = lambda k: 3 if k.startswith("peak") else 2 if k.startswith("optimizer") else 1 if k.startswith("backward") \
         else 0  # noqa: E731  resident rows, the backward's, the optimizer step's, the peak
-    keys = sorted(dict.fromkeys(k for c in cols for k in c), key=lambda k: phase(k))  # stable: each column's order
+    # stable: each column's order
+    keys = sorted(dict.fromkeys(k for c in cols for k in c), key=lambda k: phase(k))
     out = ["| per rank, GiB (8 ranks; worst case: micro-batches of 8 rows at the 4,096 + 512 token budget, 16 "
            "sequences in vLLM) | Qwen2.5-1.5B, DDP | Qwen2.5-7B, FSDP2 |", "|---|---:|---:|"]
     out += [f"| {k} | " + " | ".join(f"{c[k]:.1f}" if k in c else "-" for c in cols) + " |" for k in keys]

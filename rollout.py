@@ -1,11 +1,12 @@
 """Batched multi-turn agent rollouts: prompts, action parsing, two engines (vLLM, HF generate) behind one
 interface, the vLLM weight sync, and the rollout loop over the env pool.
 
-    out = rollout(engine, pool, tok, groups, cfg, seed)   # groups: [{"task", "n", "R"}]
-    out["rows"]      per-step training rows (prompt ids, response ids, engine log-probs, group/episode/step, valid)
+    out = rollout(engine, pool, tok, groups, cfg, seed)   # groups: [hints.group(source, task, n, R)]
+    out["rows"]      per-step training rows (prompt ids, response ids, engine log-probs, group / episode /
+                     step, valid)
     out["aux"]       one row per expert-prefix step: the prompt the policy would have seen + the expert reply
                      (with its think where the prompt asks for one), "n" = the prefix's length
-    out["episodes"]  won, reward, steps, invalid, error per rollout
+    out["episodes"]  won, reward, steps, invalid, error, played (the prefix and the valid actions after it)
     out["stats"]     rollouts, env steps, generated tokens, gen/env/overhead seconds, truncations
 
 Each turn, every live episode of the batch generates in one engine call; finished ones drop out. Expert-prefix
@@ -21,15 +22,10 @@ import warnings
 
 import torch
 
-from grpo import FREE, pad_options, step_rewards, token_logprobs, token_logprobs_entropy, trie_options
+from grpo import FREE, pad_options, step_rewards, token_logprobs, trie_options
 from parallel import kv_bytes_per_token
-
-PROMPT_TEXT = (
-    "You are a household robot in a text world. Your task is to: "
-    "You have already taken steps. Your most recent observations and actions: Observation: Action: "
-    "Current observation: The actions you can take now: "
-    "First reason briefly inside <think> </think>, then reply with exactly one of the actions inside "
-    "<action> </action>. task: room: done: now: options:")
+from hints import group
+from update import response_logprobs
 
 
 # ----------------------------------------------------------------------------------------------
@@ -60,19 +56,20 @@ def user_message(task, room, history, obs, admissible, step, cfg):
 
 
 def expert_reply(action, think=None):
-    """An expert action written as a policy reply (aux and SFT targets): the action tag alone, or, where the prompt
-    asks for reasoning first (think is not None: the full prompt), "<think>{think}</think>\n<action>{action}</action>"
-    as the authors render their prefix-SFT targets (an empty think when the expert gave none)
-    [ZJU-REAL/Agent-G2 agent_system/multi_turn_rollout/rollout_loop.py, _build_prefix_sft_batch]."""
+    """An expert action written as a policy reply (aux and SFT targets): the action tag alone, or, where the
+    prompt asks for reasoning first (think is not None: the full prompt),
+    "<think>{think}</think>\n<action>{action}</action>" as the authors render their prefix-SFT targets (an
+    empty think when the expert gave none) [ZJU-REAL/Agent-G2 agent_system/multi_turn_rollout/rollout_loop.py,
+    _build_prefix_sft_batch]."""
     return f"<action>{action}</action>" if think is None else f"<think>{think}</think>\n<action>{action}</action>"
 
 
-def target_think(task, t, cfg):
-    """The think of expert step t in its target: None (no think tag) under the compact prompt and under constrained
-    decoding (the decoder only allows action tags); else the expert's think, or "" when it has none."""
+def target_think(thinks, t, cfg):
+    """The think of expert step t in its target: None (no think tag) under the compact prompt and under
+    constrained decoding (the decoder only allows action tags); else the hint's think, or "" when it has
+    none."""
     if cfg.prompt != "full" or cfg.constrained:
         return None
-    thinks = task.get("thinks") or []
     return thinks[t] if t < len(thinks) else ""
 
 
@@ -90,11 +87,13 @@ def encode_prompt(tok, message, max_tokens):
 
 
 def fit_prompt(tok, task, room, history, obs, admissible, step, cfg):
-    """The prompt of one decision within --max_prompt_tokens. An over-long one shows fewer past steps, the oldest
-    dropped first; the task sentence (its first line) and the current observation always stay. Should the prompt
-    be too long with no history left, its middle goes (the first quarter of the budget and the rest from the end).
-    (The authors truncate from the left, which drops the task first: data.truncation=left.) -> (ids, truncated?)"""
-    first = max(0, len(history) - cfg.history_length) if cfg.prompt == "full" else 0  # what the prompt would show
+    """The prompt of one decision within --max_prompt_tokens. An over-long one shows fewer past steps, the
+    oldest dropped first; the task sentence (its first line) and the current observation always stay. Should
+    the prompt be too long with no history left, its middle goes (the first quarter of the budget and the rest
+    from the end). (The authors truncate from the left, which drops the task first: data.truncation=left.) ->
+    (ids, truncated?)"""
+    # what the prompt would show
+    first = max(0, len(history) - cfg.history_length) if cfg.prompt == "full" else 0
     for j in range(first, len(history) + 1):
         ids = chat_ids(tok, user_message(task, room, history[j:], obs, admissible, step, cfg))
         if len(ids) <= cfg.max_prompt_tokens:
@@ -108,9 +107,9 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 
 def read_reply(text, finished, cfg):
     """-> (the action to play or None, the reply counts as valid). --parse_lower reads the lower-cased reply;
-    --parse_think counts a reply without <think>...</think> or with a CJK character invalid, though its action is
-    played [the authors' projection: agent_system/environments/env_package/webshop/projection.py, and verl-agent's
-    alfworld_projection]."""
+    --parse_think counts a reply without <think>...</think> or with a CJK character invalid, though its action
+    is played [the authors' projection: agent_system/environments/env_package/webshop/projection.py, and
+    verl-agent's alfworld_projection]."""
     if cfg.parse_lower and isinstance(text, str):
         text = text.lower()
     action = parse_action(text, finished)
@@ -144,17 +143,18 @@ def _free_head():
 
 
 def choice_ids(tok, commands):
-    """Token sequences of every allowed reply (constrained decoding). A command with a free-text slot (WebShop's
-    'search[<query>]') allows its literal start, then anything (grpo.FREE): the query is the policy's own text."""
+    """Token sequences of every allowed reply (constrained decoding). A command with a free-text slot
+    (WebShop's 'search[<query>]') allows its literal start, then anything (grpo.FREE): the query is the
+    policy's own text."""
     from webshop import SEARCH_ACTION
     return [tok.encode(_free_head(), add_special_tokens=False) + [FREE] if c == SEARCH_ACTION else
             tok.encode(expert_reply(c), add_special_tokens=False) + [tok.eos_token_id] for c in commands]
 
 
 def expert_ids(tok, action, think=None):
-    """An expert action as reply token ids + EOS (aux loss and SFT targets), tokenised along a path the constrained
-    decoder allows: a search's literal start is encoded on its own, as choice_ids has it (a tokenizer may merge
-    '[' with the query's first letters). think: as expert_reply."""
+    """An expert action as reply token ids + EOS (aux loss and SFT targets), tokenised along a path the
+    constrained decoder allows: a search's literal start is encoded on its own, as choice_ids has it (a
+    tokenizer may merge '[' with the query's first letters). think: as expert_reply."""
     reply, head = expert_reply(action, think), _free_head()
     if reply.startswith(head):
         return tok.encode(head, add_special_tokens=False) + tok.encode(reply[len(head):], add_special_tokens=False) \
@@ -164,13 +164,15 @@ def expert_ids(tok, action, think=None):
 
 def seed63(seed):
     """A derived sampling seed, reduced into [0, 2^63): vLLM V2 keeps request seeds in an int64 array and
-    torch.manual_seed refuses values past 2^64, and seed * 100003 + i passes 2^63 once --seed is above ~92,000."""
+    torch.manual_seed refuses values past 2^64, and seed * 100003 + i passes 2^63 once --seed is above
+    ~92,000."""
     return seed % 2**63
 
 
 class HFEngine:
     """transformers `generate`, for machines without vLLM. Log-probs are of the distribution that was sampled:
-    restricted to the admissible-reply trie when `allowed` is given, at the sampling temperature (1 for greedy)."""
+    restricted to the admissible-reply trie when `allowed` is given, at the sampling temperature (1 for
+    greedy)."""
 
     def __init__(self, model_path, tok, device="cpu", dtype=torch.float32):
         from transformers import AutoModelForCausalLM
@@ -178,16 +180,18 @@ class HFEngine:
         from transformers import GenerationConfig
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device).eval()
         # generate() fills every field we leave unset from the model's generation_config (transformers
-        # generation/utils.py, _prepare_generation_config), e.g. Qwen2.5-Instruct's repetition_penalty 1.05, top_k
-        # 20, top_p 0.8: the replies would not come from the distribution whose log-probs the trainer scores. A blank
-        # config leaves only transformers' neutral defaults; generate() sets sampling, top_k 0 and top_p 1 itself.
+        # generation/utils.py, _prepare_generation_config), e.g. Qwen2.5-Instruct's repetition_penalty 1.05,
+        # top_k 20, top_p 0.8: the replies would not come from the distribution whose log-probs the trainer
+        # scores. A blank config leaves only transformers' neutral defaults; generate() sets sampling, top_k 0
+        # and top_p 1 itself.
         self.model.generation_config = GenerationConfig()
         self.vocab = list(range(self.model.config.vocab_size))  # a free-text slot allows every token
         self.tensors = self.model.state_dict(keep_vars=True)  # name -> the live tensor (tied names share one)
 
     def load_weights(self, named_tensors):
         """Copy (name, tensor) pairs in one at a time as they come, as the vLLM sync does: under FSDP each is
-        gathered for this copy alone, so no rank holds a second full model. Every tensor must come (strict)."""
+        gathered for this copy alone, so no rank holds a second full model. Every tensor must come
+        (strict)."""
         seen = set()
         with torch.no_grad():
             for name, t in named_tensors:
@@ -233,41 +237,10 @@ class HFEngine:
         return out
 
 
-def response_logprobs(m, rows, pad_id, device="cpu", temperature=1.0, entropy=False):
-    """Per-token log-probs of each row's response_ids after its prompt_ids under model m (teacher forcing), at the
-    rollout temperature and, for rows with "allowed", restricted to the admissible-reply trie: the distribution
-    the engine sampled from. Returns (lp [b, n], mask [b, n]), n = the longest response; with entropy=True also
-    the entropy of that distribution per position ([b, n], grpo.token_logprobs_entropy).
-    Prompts are left-padded so every response starts at column P; explicit position ids keep RoPE as unpadded.
-    Only the response positions get logits (logits_to_keep): full-vocabulary logits over whole sequences would
-    dominate activation memory (151,936 x 2.5k tokens = 1.5 GB per row in fp32 for Qwen2.5)."""
-    P, n = max(len(r["prompt_ids"]) for r in rows), max(len(r["response_ids"]) for r in rows)
-    x = torch.full((len(rows), P + n), pad_id, dtype=torch.long)
-    att = torch.zeros((len(rows), P + n), dtype=torch.long)
-    for b, r in enumerate(rows):
-        s = r["prompt_ids"] + r["response_ids"]
-        x[b, P - len(r["prompt_ids"]):P - len(r["prompt_ids"]) + len(s)] = torch.tensor(s)
-        att[b, P - len(r["prompt_ids"]):P - len(r["prompt_ids"]) + len(s)] = 1
-    pos = (att.cumsum(-1) - 1).clamp(min=0)  # [b, P + n]
-    mask = torch.tensor([[1.0] * len(r["response_ids"]) + [0.0] * (n - len(r["response_ids"])) for r in rows])
-    tgt = torch.tensor([r["response_ids"] + [pad_id] * (n - len(r["response_ids"])) for r in rows])  # [b, n]
-    opts = pad_options([trie_options(r["response_ids"], r["allowed"]) if r.get("allowed") else None for r in rows],
-                       n) if any(r.get("allowed") for r in rows) else None
-    x, att, pos, mask, tgt = x.to(device), att.to(device), pos.to(device), mask.to(device), tgt.to(device)
-    # the logits at column j predict token j + 1: columns P-1 .. P+n-2 score the response (the last n + 1 kept)
-    logits = m(input_ids=x, attention_mask=att, position_ids=pos, logits_to_keep=n + 1,
-               use_cache=False).logits[:, :n]  # [b, n, V]
-    opts = None if opts is None else opts.to(device)
-    if entropy:  # one log_softmax for both: a single [b, n, V] fp32 tensor kept for the backward
-        lp, ent = token_logprobs_entropy(logits, tgt, opts, temperature)  # [b, n] each
-        return lp * mask, mask, ent * mask
-    lp = token_logprobs(logits, tgt, opts, temperature)  # [b, n]
-    return lp * mask, mask
-
-
 def sync_check(engine, model, row, pad_id, device, cfg, seed=0, ctx=contextlib.nullcontext):
-    """After a weight sync: the engine's greedy reply to `row`'s prompt (under the row's constraint, if any), scored
-    by `model` the way the trainer scores rows. -> max |log-prob difference| (~1e-6 when the sync landed)."""
+    """After a weight sync: the engine's greedy reply to `row`'s prompt (under the row's constraint, if any),
+    scored by `model` the way the trainer scores rows. -> max |log-prob difference| (~1e-6 when the sync
+    landed)."""
     allowed = [row["allowed"]] if "allowed" in row else None
     o = engine.generate([row["prompt_ids"]], cfg.max_new_tokens, 0.0, seed, allowed)[0]
     chk = {"prompt_ids": row["prompt_ids"], "response_ids": o["ids"], **({"allowed": row["allowed"]} if allowed else {})}
@@ -280,14 +253,15 @@ def sync_weights(llm, named_tensors):
     """The one place that touches vLLM's weight-loading internals (vLLM 0.32). Layerwise reload through
     collective_rpc, then drop the prefix cache (its KV came from the old weights). The older
     model_runner.model.load_weights path corrupts the CPU backend's repacked weights."""
-    llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named_tensors})  # consumed lazily, in-process
+    # consumed lazily, in-process
+    llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named_tensors})
     llm.reset_prefix_cache()
 
 
 class VLLMEngine:
     """One vllm.LLM per rank. Under torchrun it uses the external launcher (one engine per rank, in-process);
-    alone, in-process engine core (so weight tensors can be passed directly). Log-probs are vLLM's processed ones:
-    after the trie mask (TrieMask) and the temperature, i.e. of the distribution that was sampled."""
+    alone, in-process engine core (so weight tensors can be passed directly). Log-probs are vLLM's processed
+    ones: after the trie mask (TrieMask) and the temperature, i.e. of the distribution that was sampled."""
 
     def __init__(self, model_path, tok, seed=0, dtype="auto", max_model_len=4096, gpu_mem=0.5, sleep=False,
                  constrained=True, kv_gb=0.0, quiet=True):
@@ -335,24 +309,26 @@ class VLLMEngine:
     def sleep_mode(self, on):
         if not self.sleep:
             return
-        if on:  # level 2 drops the weights (the sync rewrites them all) and the KV cache; vLLM keeps the buffers
+        # level 2 drops the weights (the sync rewrites them all) and the KV cache; vLLM keeps the buffers
+        if on:
             # (rotary tables) on the host and restores them at wake_up (vllm/v1/worker/gpu_worker.py, sleep).
             # Level 1 would copy the weights to pinned host RAM every step: 14 GB a rank at 7B.
             self.llm.sleep(level=2)
         else:
-            torch.cuda.empty_cache()  # hand the trainer's freed blocks back to the driver, where vLLM allocates
+            # hand the trainer's freed blocks back to the driver, where vLLM allocates
+            torch.cuda.empty_cache()
             self.llm.wake_up()
 
 
 def engine_kwargs(model_path, dtype, seed, max_model_len, gpu_mem, kv_gb, sleep, constrained, cuda, distributed):
     """The arguments of vllm.LLM (vLLM 0.32) and the environment it needs. -> (kwargs, env vars to set).
-    - logits_processors only with --constrained 1, and then the V1 model runner: on CUDA vLLM 0.32 defaults to its
-      V2 runner when Triton is present (vllm/config/vllm.py, VllmConfig.use_v2_model_runner), and V2 rejects any
-      processor that does not subclass its own LogitsProcessor (vllm/v1/worker/gpu/sample/logits_processor/
-      loader.py). The CPU backend has no Triton and always runs V1.
-    - kv_gb > 0: a KV cache of exactly that size (kv_cache_memory_bytes, which overrides gpu_memory_utilization),
-      so the engine takes what the rollouts need instead of a share of the card; kv_gb <= 0: vLLM sizes it from
-      gpu_memory_utilization."""
+    - logits_processors only with --constrained 1, and then the V1 model runner: on CUDA vLLM 0.32 defaults to
+      its V2 runner when Triton is present (vllm/config/vllm.py, VllmConfig.use_v2_model_runner), and V2
+      rejects any processor that does not subclass its own LogitsProcessor
+      (vllm/v1/worker/gpu/sample/logits_processor/loader.py). The CPU backend has no Triton and always runs V1.
+    - kv_gb > 0: a KV cache of exactly that size (kv_cache_memory_bytes, which overrides
+      gpu_memory_utilization), so the engine takes what the rollouts need instead of a share of the card;
+      kv_gb <= 0: vLLM sizes it from gpu_memory_utilization."""
     kw = dict(model=model_path, dtype=dtype, seed=seed, max_model_len=max_model_len, enable_prefix_caching=True,
               enforce_eager=not cuda, enable_sleep_mode=bool(sleep and cuda), logprobs_mode="processed_logprobs")
     env = {}
@@ -370,9 +346,10 @@ def engine_kwargs(model_path, dtype, seed, max_model_len, gpu_mem, kv_gb, sleep,
 
 def trie_mask_processor():
     """The vLLM side of constrained decoding (vLLM 0.32's v1 logits-processor interface): a request whose
-    SamplingParams.extra_args carry "allowed" (token sequences of the admissible replies) may only continue along
-    that token trie, exactly like HFEngine's prefix function. Ours rather than structured outputs, because a grammar
-    accepts any tokenization of a choice and appends an EOS without a log-prob; the trainer scores token tries."""
+    SamplingParams.extra_args carry "allowed" (token sequences of the admissible replies) may only continue
+    along that token trie, exactly like HFEngine's prefix function. Ours rather than structured outputs,
+    because a grammar accepts any tokenization of a choice and appends an EOS without a log-prob; the trainer
+    scores token tries."""
     from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
 
     class TrieMask(AdapterLogitsProcessor):
@@ -405,8 +382,9 @@ VLLM_NOISE = {  # logger -> starts of messages that ask nothing of a user of thi
     "vllm.v1.worker.cpu_worker": ("libtcmalloc is not found", "libiomp is not found",
                                   "CPU backend doesn't allow to use `torch.set_num_threads`"),
     # reload_weights, at every sync: the layerwise reloader counts the rotary embedding's cos/sin cache as a
-    # loadable tensor, finds no checkpoint weight for it (no checkpoint has it) and puts the cache back unchanged;
-    # the per-step sync check (sync_err in log.jsonl) shows the synced engine scores like the trainer
+    # loadable tensor, finds no checkpoint weight for it (no checkpoint has it) and puts the cache back
+    # unchanged; the per-step sync check (sync_err in log.jsonl) shows the synced engine scores like the
+    # trainer
     "vllm.model_executor.model_loader.reload.layerwise": ("RotaryEmbedding: Failed to load weights",),
 }
 
@@ -423,8 +401,9 @@ class DropNotices(logging.Filter):
 
 
 def quiet_vllm():
-    """--vllm_log quiet (the default): drop the notices of VLLM_NOISE and the FutureWarnings raised in vLLM's own
-    frames (one raised with stacklevel >= 2 is attributed to its caller and still shows); every other warning passes. Filters sit on the named loggers themselves, because vLLM replaces its handlers
+    """--vllm_log quiet (the default): drop the notices of VLLM_NOISE and the FutureWarnings raised in vLLM's
+    own frames (one raised with stacklevel >= 2 is attributed to its caller and still shows); every other
+    warning passes. Filters sit on the named loggers themselves, because vLLM replaces its handlers
     (logging.config.dictConfig) when the engine is built. Idempotent. --vllm_log all: not called."""
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm\.")
     for name, starts in VLLM_NOISE.items():
@@ -434,8 +413,9 @@ def quiet_vllm():
 
 
 def kv_cache_gb(model_path, seqs, max_model_len, dtype_bytes=2):
-    """--vllm_kv_gb 0: the KV cache a rank's rollouts need, from the model's shape: parallel.kv_bytes_per_token
-    (layers x KV heads x head dim x 2 x bytes; 28 KB a token at 1.5B, 57 KB at 7B) x seqs x max_model_len, GiB."""
+    """--vllm_kv_gb 0: the KV cache a rank's rollouts need, from the model's shape:
+    parallel.kv_bytes_per_token (layers x KV heads x head dim x 2 x bytes; 28 KB a token at 1.5B, 57 KB at 7B)
+    x seqs x max_model_len, GiB."""
     from transformers import AutoConfig
     c = AutoConfig.from_pretrained(model_path)
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
@@ -444,8 +424,8 @@ def kv_cache_gb(model_path, seqs, max_model_len, dtype_bytes=2):
 
 
 def make_engine(cfg, model_path, tok, device, seed, seqs=1):
-    """--engine auto|vllm|hf. auto = vLLM when it imports. seqs: the most sequences a rank plays at once (the KV
-    cache is sized for them when --vllm_kv_gb is 0)."""
+    """--engine auto|vllm|hf. auto = vLLM when it imports. seqs: the most sequences a rank plays at once (the
+    KV cache is sized for them when --vllm_kv_gb is 0)."""
     name = cfg.engine
     if cfg.vllm_log == "quiet":  # before vLLM's first import: some notices come with it
         quiet_vllm()
@@ -481,7 +461,8 @@ def _new_eid():
 
 
 def rollout(engine, pool, tok, groups, cfg, seed=0):
-    """Run every group's R episodes to the end. groups: [{"task": task dict, "n": prefix length, "R": int}]."""
+    """Run every group's R episodes to the end. groups: [{"task", "n": prefix length, "R", "prefix": the n
+    hint actions to replay, "thinks": theirs (may be empty)}] (hints.group builds one)."""
     st = dict(rollouts=0, env_steps=0, gen_tokens=0, t_gen=0.0, t_env=0.0, prompts=0, truncated=0, invalid=0,
               errors=0, prefix_steps=0)
     t_start = time.time()
@@ -489,9 +470,10 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
     for gid, g in enumerate(groups):
         for _ in range(g["R"]):
             eps.append({"eid": _new_eid(), "gid": gid, "task": g["task"], "n": g["n"], "rows": [], "done": False,
-                        "won": False, "invalid": 0, "error": None})
+                        "won": False, "invalid": 0, "error": None, "thinks": g.get("thinks") or [],
+                        "played": list(g["prefix"])})  # played: the prefix, then the valid actions taken
     t0 = time.time()
-    res = pool.run([("reset", e["eid"], e["task"]["gamefile"], e["task"]["walkthrough"][:e["n"]]) for e in eps])
+    res = pool.run([("reset", e["eid"], e["task"]["gamefile"], e["played"]) for e in eps])
     st["t_env"] += time.time() - t0
     aux, aux_done = [], set()
     for e, r in zip(eps, res):
@@ -510,7 +492,7 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
             n_prefix = len(r["prefix_steps"])
             for t, (o, adm, a) in enumerate(r["prefix_steps"]):
                 ids, _ = fit_prompt(tok, e["goal"], e["room"], e["history"][:t], o, adm, t, cfg)
-                aux.append({"prompt_ids": ids, "response_ids": expert_ids(tok, a, target_think(e["task"], t, cfg)),
+                aux.append({"prompt_ids": ids, "response_ids": expert_ids(tok, a, target_think(e["thinks"], t, cfg)),
                             "gid": e["gid"], "t": t, "n": n_prefix})
         e["done"] = e["won"] or e["steps"] >= cfg.max_steps
     turn = 0
@@ -549,6 +531,8 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
                 continue
             row = e["rows"][-1]
             row["valid"] = row["valid"] and r["valid"]
+            if r["valid"]:  # the environment took it (a format-invalid reply may still have been played)
+                e["played"].append(req[2])
             e["invalid"] += not row["valid"]
             st["invalid"] += not row["valid"]
             e["history"].append((e["obs"], req[2]))
@@ -560,7 +544,7 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
     for e in eps:
         reward = cfg.reward_scale * float(e["won"]) - cfg.invalid_penalty * e["invalid"]
         episodes.append({"eid": e["eid"], "gid": e["gid"], "task_id": e["task"]["id"], "n": e["n"],
-                         "won": bool(e["won"]), "reward": reward, "steps": e.get("steps", 0),
+                         "played": e["played"], "won": bool(e["won"]), "reward": reward, "steps": e.get("steps", 0),
                          "score": float(e.get("score", 0.0)) if not e["error"] else 0.0,
                          "invalid": e["invalid"], "error": e["error"]})
         for r, rr in zip(e["rows"], step_rewards(e["won"], [not x["valid"] for x in e["rows"]], cfg.reward_scale,
@@ -605,15 +589,15 @@ class Prober:
     n-step prefix through this same loop, returns successes, and keeps the rollouts so the chosen probe's
     group is the one trained on. Its cost is reported separately."""
 
-    def __init__(self, engine, pool, tok, tasks, cfg, seed):
-        self.args, self.tasks, self.cfg, self.seed = (engine, pool, tok), tasks, cfg, seed
+    def __init__(self, engine, pool, tok, tasks, cfg, seed, source):
+        self.args, self.tasks, self.cfg, self.seed, self.source = (engine, pool, tok), tasks, cfg, seed, source
         self.groups, self.stats, self.calls = {}, {}, 0
 
     def __call__(self, pairs):
         todo = [(i, n) for i, n in pairs if (i, n) not in self.groups]
         if todo:
             self.calls += 1
-            out = rollout(*self.args, [{"task": self.tasks[i], "n": n, "R": self.cfg.group_size} for i, n in todo],
+            out = rollout(*self.args, [group(self.source, self.tasks[i], n, self.cfg.group_size) for i, n in todo],
                           self.cfg, self.seed * 7919 + self.calls)
             for k, v in out["stats"].items():
                 self.stats[k] = self.stats.get(k, 0) + v

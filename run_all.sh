@@ -102,84 +102,63 @@ keep() {  # --cpu: a finished run's summary and log into results/ (the repositor
     mkdir -p "$RESULTS/$name/s$s" && cp "$out/summary.json" "$out/log.jsonl" "$RESULTS/$name/s$s/"
 }
 
+# the methods and their flags: config.METHODS, the one list (eval.py's tables and bench.py read it too)
+NAMES=(); declare -A FLAGS GROUP
+while IFS=$'\t' read -r name group flags; do NAMES+=("$name"); GROUP[$name]=$group; FLAGS[$name]=$flags
+done < <(python config.py methods)
+
 for s in $SEEDS; do
-    # ---- main comparison (docs/method.md §3; paper Tables 1 and 2)
-    run main g2            --scheduler g2
-    run main grpo          --scheduler none
-    run main fixed         --scheduler fixed --fixed_ratio 0.5
-    run main linear        --scheduler linear
-    run main cosine        --scheduler cosine
-    run main step          --scheduler step
-    run main target_acc    --scheduler target_acc
-    run main binary        --scheduler binary --max_probes 2
-    run main enum          --scheduler enum
-    # ---- ablations (docs/method.md §4; paper Table 3)
-    run ablations no_sampling      --sampling none
-    run ablations uniform          --sampling uniform
-    run ablations no_adapt_centre  --lam 0
-    run ablations no_adapt_spread  --sigma_mode fixed --sigma_fixed 0.25
-    run ablations no_aux           --eta 0
-    run ablations no_grpo          --mode aux_only
-    # ---- clusters (paper Table 8; K = 3 is the main g2 run)
-    run clusters K1        --K 1
-    run clusters K5        --K 5
-    run clusters K10       --K 10
-    run clusters random    --cluster_mode random
-    # ---- SFT baselines
-    run sft sft_full       --mode sft_full
-    run sft sft_prefix     --mode sft_prefix
-    # ---- the authors' released-code variant (docs/method.md §2.1): their launchers at commit e065918
-    if [ "$MODE" = gpu ]; then
-        run released released --preset released
-        run released ws_released --preset released_webshop --expert_data "$EXPERT_DATA/webshop_sft_data.json"
-    else run released released_rules \
-        --lam 0.3 --cap 0.8 --mu_update deadband --stats_level traj --sigma_mode fixed --sigma_fixed 0.25 --K 5 \
-        --cluster_mode balanced; fi
-    # ---- Qwen2.5-7B-Instruct (FSDP2), behind --7b
-    if [ "$MODE" = gpu ] && [ "$SEVEN" = 1 ]; then
-        run main g2_7b     --scheduler g2   --model Qwen/Qwen2.5-7B-Instruct --parallel fsdp
-        run main grpo_7b   --scheduler none --model Qwen/Qwen2.5-7B-Instruct --parallel fsdp
-    fi
-    # ---- WebShop (docs/method.md §5): the official environment on the GPU grid (WEBSHOP_PATH, `python envs.py
-    #      webshop-doctor`), max 15 steps; on the CPU the offline webshop-lite site (labelled so, never WebShop's)
-    #      from its own SFT base (config/cpu_webshop.py; the later --preset wins)
-    #      In the GPU grid: the authors' setting (the paper preset's webshop_setting / webshop_split), their launcher's
-    #      15 steps and mini-batches of 64, validation on their 500 goals, their expert data
-    if [ "$MODE" = gpu ]; then WS=(--env webshop --webshop_backend official --max_steps 15 --ppo_mini_batch 64
-                                   --eval_split eval --expert_data "$EXPERT_DATA/webshop_sft_data.json")
-    else WS=(--preset cpu_webshop); fi
-    run webshop ws_g2          "${WS[@]}" --scheduler g2
-    run webshop ws_grpo        "${WS[@]}" --scheduler none
-    if [ "$MODE" = gpu ]; then
-        run webshop ws_fixed       "${WS[@]}" --scheduler fixed --fixed_ratio 0.5
-        run webshop ws_linear      "${WS[@]}" --scheduler linear
-        run webshop ws_cosine      "${WS[@]}" --scheduler cosine
-        run webshop ws_step        "${WS[@]}" --scheduler step
-        run webshop ws_target_acc  "${WS[@]}" --scheduler target_acc
-        run webshop ws_binary      "${WS[@]}" --scheduler binary --max_probes 2
-        run webshop ws_enum        "${WS[@]}" --scheduler enum
-    fi
+    for name in "${NAMES[@]}"; do
+        group=${GROUP[$name]} flags=(${FLAGS[$name]})
+        case "$group" in
+            main|ablations|clusters|sft) ;;  # docs/method.md §3-§4: paper Tables 1-3 and 8, the SFT baselines
+            released)  # the authors' released code (method §2.1): their launchers' presets on the GPU grid, their
+                       # depth rules on the CPU one
+                if [ "$MODE" = gpu ]; then [ "$name" = released_rules ] && continue
+                else [ "$name" != released_rules ] && continue; fi ;;
+            webshop) ;;
+            *) continue ;;  # hints (the pick-two regime, below), beyond (bench.py sched)
+        esac
+        case "$name" in *_7b) { [ "$MODE" = gpu ] && [ "$SEVEN" = 1 ]; } || continue ;; esac  # Qwen2.5-7B: --7b
+        if [[ $name == ws_* ]]; then
+            # WebShop (method §5): the official environment on the GPU grid (WEBSHOP_PATH, `python envs.py
+            # webshop-doctor`) in the authors' setting (the paper preset's webshop_setting / webshop_split), their
+            # launcher's 15 steps and mini-batches of 64, validation on their 500 goals, their expert data; on the
+            # CPU the offline webshop-lite site (labelled so, never WebShop's) from its own SFT base
+            # (config/cpu_webshop.py; the later --preset wins), GRPO and Agent-G² only
+            if [ "$MODE" = gpu ]; then
+                ws=(--expert_data "$EXPERT_DATA/webshop_sft_data.json")
+                [ "$name" = ws_released ] || ws=(--env webshop --webshop_backend official --max_steps 15
+                                                 --ppo_mini_batch 64 --eval_split eval "${ws[@]}")
+            else
+                [ "$name" = ws_g2 ] || [ "$name" = ws_grpo ] || continue
+                ws=(--preset cpu_webshop)
+            fi
+            flags=("${ws[@]}" "${flags[@]}")
+        fi
+        run "$group" "$name" "${flags[@]}"
+    done
 done
 
 # ---- the pick-two regime (--cpu --only pick2; docs/results.md §5): long tasks from a base that rarely wins them,
 #      chosen from the base's and plain GRPO's probes (docs/cpu-demo.md); Agent-G² and GRPO 3 seeds, four schedules
-#      2, enumeration 1. The run directories are the ones docs/results.md names (runs/cpu_pick2/<method>/s<seed>).
+#      2, enumeration 1, and seed 0 of the hint sources' two runs (half the tasks without an expert trajectory,
+#      hinted by the policy's own wins or left unhinted). The run directories are the ones docs/results.md names
+#      (runs/cpu_pick2/<method>/s<seed>).
 if [ "$ONLY" = pick2 ]; then
     PRESET=cpu_pick2 ROOT=${RUN_ROOT:+$RUN_ROOT/pick2} RESULTS=results/cpu/pick2
     ROOT=${ROOT:-runs/cpu_pick2}
     for s in 0 1 2; do
-        run pick2 g2
-        run pick2 grpo  --scheduler none
-        [ "$s" = 2 ] && continue
-        run pick2 fixed --scheduler fixed --fixed_ratio 0.5
-        run pick2 linear --scheduler linear
-        run pick2 target_acc --scheduler target_acc
-        run pick2 binary --scheduler binary --max_probes 2
-        [ "$s" = 0 ] && run pick2 enum --scheduler enum
+        for name in g2 grpo fixed linear target_acc binary enum self_hints half_hints; do
+            case "$name" in g2|grpo) ;; enum|self_hints|half_hints) [ "$s" = 0 ] || continue ;;
+                *) [ "$s" = 2 ] && continue ;; esac
+            [ "$name" = g2 ] && flags=() || flags=(${FLAGS[$name]})  # the preset's own rule is Agent-G²
+            run pick2 "$name" "${flags[@]}"
+        done
     done
 fi
 
-[ "$ONLY" = pick2 ] && SEEDS="g2 and grpo 0 1 2, fixed linear target_acc binary 0 1, enum 0"
+[ "$ONLY" = pick2 ] && SEEDS="g2 and grpo 0 1 2, fixed linear target_acc binary 0 1, enum self_hints half_hints 0"
 if [ "$DRY" = 1 ]; then echo "# $N runs ($MODE$([ "$SMOKE" = 1 ] && echo ", smoke"), seeds: $SEEDS)"; exit 0; fi
 echo "[run_all] $N runs, $DONE were done already"
 [ "$SMOKE" = 1 ] && exit 0

@@ -24,6 +24,15 @@ CHAT_TEMPLATE = (
 ARCH = dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=384, max_position_embeddings=8192, rope_theta=10000.0, tie_word_embeddings=True)
 VOCAB = 2048
+# The prompt wording of rollout.user_message (both prompt forms), for the tokenizer to learn its words. It is BPE
+# training text: a change here changes the tokenizer, so bump VERSION with it
+PROMPT_TEXT = (
+    "You are a household robot in a text world. Your task is to: "
+    "You have already taken steps. Your most recent observations and actions: Observation: Action: "
+    "Current observation: The actions you can take now: "
+    "First reason briefly inside <think> </think>, then reply with exactly one of the actions inside "
+    "<action> </action>. task: room: done: now: options:")
+
 VERSION = 3  # bump when the recipe changes, so caches rebuild
 
 
@@ -32,7 +41,6 @@ def env_corpus():
     receptacle names, the command verbs, numbers, and the prompt wording of rollout.py."""
     import alfworld
     import alfworld.gen.constants as C
-    from rollout import PROMPT_TEXT
     base = os.path.dirname(alfworld.__file__)
     lines = [open(os.path.join(base, "data", "alfred.twl2")).read()]
     names = sorted(set(C.OBJECTS) | set(C.RECEPTACLES))

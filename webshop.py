@@ -1,6 +1,6 @@
 """WebShop behind the episode interface of envs.py (reset(goal index, prefix) -> episode; step(ep, action) -> valid),
-over two backends, plus what feeds them: the lite catalogue generator, the scripted expert, the goal splits and a
-doctor for an official install.
+over two backends, plus what feeds them: the lite site and its catalogue generator, the scripted expert and the
+goal splits (tasks.py loads a split's goals; webshop_doctor.py checks an official install).
 
     python envs.py webshop-doctor                       # what an official WebShop setup ($WEBSHOP_PATH) lacks
     python envs.py stats --games webshop-lite           # lite's splits and the scripted expert's success
@@ -8,25 +8,21 @@ doctor for an official install.
 
 `official` drives the user's own princeton-nlp/WebShop checkout ($WEBSHOP_PATH, its web_agent_site text
 environment); nothing of WebShop's code or data is in this repository. `lite` is this repo's own clean-room site
-with the same action grammar, page flow and reward form over a generated catalogue (gamegen.make_catalogue),
+with the same action grammar, page flow and reward form over a generated catalogue (make_catalogue, below),
 searched with bm25s; lite numbers are labelled webshop-lite and are never WebShop numbers. Goals are indexed into
 one fixed goal list and split by the paper's scheme (test 0-499, eval 500-1499, train 1500+) or the authors'.
 """
 import collections
 import functools
-import json
 import os
 import random
 import re
-import shutil
-import subprocess
 import sys
 
-from gamegen import fixed_price, make_catalogue
 
 # ---------------------------------------------------------------------------------------------
 # WebShop: one episode interface over two backends. `lite` is this repo's clean-room site over a generated
-# catalogue (gamegen.make_catalogue); `official` drives the user's own princeton-nlp/WebShop checkout.
+# catalogue (make_catalogue); `official` drives the user's own princeton-nlp/WebShop checkout.
 # Both render WebShop's text mode (' [SEP] '-joined page strings), take search[...] / click[...] actions, and
 # report the raw reward (score in [0, 1]); won = (score == 1). Observations drop the instruction (it is the task).
 # ---------------------------------------------------------------------------------------------
@@ -245,6 +241,13 @@ def lite_site(seed=0, n_products=1000):
     return LiteSite(seed, n_products)
 
 
+def webshop_spec(cfg):
+    """What an env worker needs to build the configured WebShop (the pool's spec; envs.env_spec)."""
+    return {"env": "webshop", "backend": cfg.webshop_backend, "seed": cfg.webshop_seed, "products": cfg.webshop_products,
+            "path": os.environ.get("WEBSHOP_PATH", ""), "max_steps": cfg.max_steps, "split": cfg.webshop_split,
+            "setting": cfg.webshop_setting}
+
+
 def _official_env_class(path=""):
     """The user's WebShop text environment class. WEBSHOP_PATH (or `path`) is put on sys.path; the PyPI package
     `webshop` is a stub without it and is not used."""
@@ -442,228 +445,104 @@ def webshop_split_indices(goals, name, scheme="paper"):
     return idx
 
 
-def load_webshop_tasks(split, spec, cache=None, expert_data="", verbose=False, only=None):
-    """Tasks of a WebShop split (webshop_split_indices under spec['split'], paper by default: the goal-index
-    ranges of WEBSHOP_SPLITS; ALFWorld's valid_* names mean 'eval').
-    gamefile = the goal index. Evaluation splits keep every goal of their range (hint-free evaluation needs no
-    walkthrough). The train split keeps the goals with a hint: the authors' expert entry of the goal's target key
-    (expert_data, hints.py; with its thinks), else a reward-1 walkthrough of the scripted expert (for the official
-    backend cached under `cache`, failures included, keyed by the goal list, since playing ~10k goals takes a
-    while). only: a subset of goal indices to keep (a seeded sample, e.g. the contract test on a real install)."""
-    import hashlib
-    from config import cache_dir
-    name = {"valid_seen": "eval", "valid_unseen": "eval"}.get(split, split)
-    if name not in WEBSHOP_SPLITS:
-        raise ValueError(f"WebShop split {split!r}: expected one of {sorted(WEBSHOP_SPLITS)}")
-    env = WebShopEnv({**spec, "max_steps": 10**6})  # the expert is not bound by the episode step limit
-    idx = webshop_split_indices(env.goals, name, spec.get("split", "paper"))
-    lo, hi = WEBSHOP_SPLITS[name]
-    if only is not None:
-        keep = set(only)
-        idx = [i for i in idx if i in keep]
-    if not idx:
-        raise ValueError(f"WebShop {spec['backend']}: {len(env.goals)} goals, none in split {name} {lo}..{hi}")
-    walks, path = {}, None
-    if spec["backend"] == "official" and name == "train":
-        key = hashlib.sha1(json.dumps([(g["asin"], g["instruction_text"]) for g in env.goals]).encode()).hexdigest()
-        path = os.path.join(cache or cache_dir(), f"webshop_official_experts_{key[:12]}.json")
-        walks = {**({int(k): v for k, v in json.load(open(path)).items()} if os.path.exists(path) else {}), **walks}
-    experts = {}
-    if expert_data and name == "train":  # the goals an entry matches keep it; the others get the scripted expert
-        from hints import attach_expert_data, read_expert_file
-        matched, note = attach_expert_data([{"gamefile": i, "walkthrough": None} for i in idx],
-                                           read_expert_file(expert_data), "webshop",
-                                           key_of=lambda t: goal_target_key(env.goals[t["gamefile"]]))
-        experts = {t["gamefile"]: t for t in matched if t["walkthrough"] is not None}
-        if verbose:
-            print(note)
-    tasks = []
-    for i in idx:
-        if i in experts:
-            tasks.append({"id": f"webshop-{spec['backend']}/{i}", "gamefile": i,
-                          "task_type": env.goals[i].get("category", "webshop"), "walkthrough": experts[i]["walkthrough"],
-                          "thinks": experts[i]["thinks"], "L": experts[i]["L"]})
-            continue
-        if name == "train" and i not in walks:
-            try:
-                walk, score = scripted_expert(env, i)
-            except RuntimeError:  # the target never showed up in the results
-                walk, score = None, 0.0
-            walks[i] = walk if score == 1.0 else None
-        walk = walks.get(i) or []
-        if name == "train" and not walk:
-            continue  # no reward-1 demonstration: no hints to give
-        g = env.goals[i]
-        tasks.append({"id": f"webshop-{spec['backend']}/{i}", "gamefile": i, "task_type": g.get("category", "webshop"),
-                      "walkthrough": walk, "L": len(walk)})
-    if path:  # atomic: every rank writes the same content
-        json.dump(walks, open(path + f".{os.getpid()}", "w"))
-        os.replace(path + f".{os.getpid()}", path)
-    if verbose:
-        print(f"[envs] webshop-{spec['backend']} {name}: {len(tasks)} goals (indices {idx[0]}..{idx[-1]})")
-    return tasks
-
-
-
-WEBSHOP_DATA_PATHS = {  # web_agent_site/utils.py names -> what reads them
-    "DEFAULT_FILE_PATH": "the products (engine.py load_products)",
-    "DEFAULT_ATTR_PATH": "the product attributes (load_products; DUMMY_ATTR for a product missing there)",
-    "HUMAN_ATTR_PATH": "the human instructions = the goals (load_products)",
-    "DEFAULT_REVIEW_PATH": "not read (load_products has the reviews commented out)",
-    "FEAT_CONV": "image features, read only with get_image",
-    "FEAT_IDS": "image feature ids, read only with get_image",
+# ---------------------------------------------------------------------------------------------
+# The lite catalogue: seeded synthetic products in WebShop's raw product schema (asin, name,
+# full_description, small_description, pricing, customization_options, category, query, product_category),
+# the attribute file of items_ins_v2 (attributes, instruction, instruction_attributes) and synthetic goals
+# (one per product x option combination, with a price cap). Generated here, never copied from WebShop.
+# ---------------------------------------------------------------------------------------------
+WEBSHOP_VOCAB = {  # category: (path, product types, attributes, {option name: values})
+    "fashion": ("Clothing, Shoes & Jewelry › Men › Clothing",
+                ["t-shirt", "hoodie", "jeans", "sweater", "sneakers", "rain jacket", "polo shirt", "shorts"],
+                ["machine wash", "cotton", "slim fit", "long sleeve", "relaxed fit", "quick dry", "button closure"],
+                {"color": ["black", "white", "navy blue", "red", "grey", "olive green"],
+                 "size": ["small", "medium", "large", "xl"]}),  # not 'x-large': WebShop's option score gives
+    # 'large' full marks for a goal's ('size', 'x-large') (its tokens are a subset), so a wrong size would win
+    "grocery": ("Grocery & Gourmet Food › Snacks & Beverages",
+                ["coffee beans", "green tea", "protein bar", "trail mix", "granola", "hot sauce", "almond butter"],
+                ["gluten free", "sugar free", "low calorie", "non gmo", "organic", "keto friendly", "high protein"],
+                {"flavor": ["vanilla", "chocolate", "original", "sea salt", "cinnamon", "berry"],
+                 "size": ["6 pack", "12 pack", "24 pack"]}),
+    "beauty": ("Beauty & Personal Care › Skin Care",
+               ["shampoo", "face cream", "lip balm", "body lotion", "sunscreen", "hair oil", "face wash"],
+               ["paraben free", "long lasting", "sensitive skin", "natural ingredients", "cruelty free",
+                "fragrance free", "dry skin"],
+               {"scent": ["lavender", "coconut", "unscented", "citrus", "rose"],
+                "size": ["2 ounce", "8 ounce", "16 ounce"]}),
+    "electronics": ("Electronics › Accessories & Supplies",
+                    ["hdmi cable", "phone case", "wireless earbuds", "usb charger", "power bank", "keyboard",
+                     "webcam"],
+                    ["fast charging", "high speed", "water resistant", "easy install", "noise cancelling",
+                     "plug and play", "long battery life"],
+                    {"color": ["black", "white", "silver", "blue", "pink"],
+                     "style": ["3 feet", "6 feet", "10 feet", "2 pack"]}),
+    "home": ("Home & Kitchen › Bedding & Decor",
+             ["throw pillow", "blackout curtain", "bath towel", "scented candle", "area rug", "table lamp",
+              "storage basket"],
+             ["easy clean", "machine washable", "living room", "eco friendly", "non slip", "bedroom",
+              "super soft"],
+             {"color": ["beige", "dark grey", "ivory", "teal", "brown", "black"],
+              "size": ["small", "medium", "large", "queen", "king"]}),
 }
-WEBSHOP_NEEDED = ("DEFAULT_FILE_PATH", "DEFAULT_ATTR_PATH", "HUMAN_ATTR_PATH")
+WEBSHOP_BRANDS = ["acme", "northwind", "lumo", "brightly", "orchard", "kestrel", "tidewater", "foxglove",
+                  "ironbark", "meadow", "pinecrest", "solace", "vantage", "willow", "zephyr"]
+WEBSHOP_STYLES = ["classic", "premium", "everyday", "deluxe", "essential", "modern", "compact", "ultra"]
+WEBSHOP_ASKS = ["i need {a} {t}", "i am looking for {a} {t}", "find me {a} {t}", "i want to buy {a} {t}",
+                "get me {a} {t}"]
 
 
-def webshop_utils_paths(path):
-    """{name: absolute path} for the data paths in WebShop's web_agent_site/utils.py, as Python binds them: the
-    last assignment that is not commented out (WebShop's README has users leave the *_1000 lines commented above
-    the full ones). Paths are join(BASE_DIR, '<relative>') there, BASE_DIR being web_agent_site/."""
-    utils = os.path.join(path, "web_agent_site", "utils.py")
-    base, out = os.path.dirname(utils), {}
-    for line in open(utils) if os.path.exists(utils) else []:
-        code = line.split("#", 1)[0]
-        m = re.match(r"\s*([A-Z_]+)\s*=(.*)", code)
-        strs = re.findall(r"['\"]([^'\"]*)['\"]", m.group(2)) if m and m.group(1) in WEBSHOP_DATA_PATHS else []
-        if strs:
-            out[m.group(1)] = os.path.normpath(os.path.join(base, strs[-1]))
-    return out
+def fixed_price(product):
+    """A product's price: its single price, or a point of its range fixed once per product (as WebShop fixes
+    range prices at load), so goals and the site agree on it."""
+    ends = [float(x.strip(" -")) for x in product["pricing"].split("$")[1:]] or [100.0]
+    return ends[0] if len(ends) == 1 else round(random.Random(product["asin"]).uniform(ends[0], ends[1]), 2)
 
 
-def iter_json_items(path, chunk=1 << 24):
-    """The top-level items of a JSON array (values) or object ((key, value) pairs), decoded one at a time with
-    json.JSONDecoder.raw_decode over a sliding buffer: a multi-GB product file never loads whole."""
-    dec, ws = json.JSONDecoder(), " \t\r\n"
-    with open(path, encoding="utf-8") as f:
-        buf, pos, eof = "", 0, False
-
-        def fill():
-            nonlocal buf, pos, eof
-            more = f.read(chunk)
-            eof = not more
-            buf, pos = buf[pos:] + more, 0
-
-        def skip(chars):
-            nonlocal pos
-            while True:
-                while pos < len(buf) and buf[pos] in chars:
-                    pos += 1
-                if pos < len(buf) or eof:
-                    return
-                fill()
-
-        def decode():  # one JSON value at pos; refill while it may be cut off by the end of the buffer
-            nonlocal pos
-            while True:
-                try:
-                    v, end = dec.raw_decode(buf, pos)
-                    if end < len(buf) or eof:
-                        pos = end
-                        return v
-                except json.JSONDecodeError:
-                    if eof:
-                        raise
-                fill()
-
-        skip(ws)
-        if pos >= len(buf) or buf[pos] not in "[{":
-            raise ValueError(f"{path}: not a JSON array or object")
-        is_obj, close = buf[pos] == "{", "}" if buf[pos] == "{" else "]"
-        pos += 1
+def make_catalogue(seed=0, n_products=1000):
+    """-> (products [raw WebShop schema], attributes {asin: items_ins_v2 entry}, goals [synthetic, shuffled]).
+    Deterministic for (seed, n_products): one RNG, no global state."""
+    rng = random.Random(f"webshop-lite/{seed}/{n_products}")
+    products, attrs, asins = [], {}, set()
+    cats = sorted(WEBSHOP_VOCAB)
+    for i in range(n_products):
+        cat = cats[i % len(cats)]
+        path, types, pool, opts = WEBSHOP_VOCAB[cat]
         while True:
-            skip(ws + ",")
-            if pos >= len(buf) or buf[pos] == close:
-                return
-            if is_obj:
-                key = decode()
-                skip(ws + ":")
-                yield key, decode()
-            else:
-                yield decode()
-
-
-def webshop_product_asins(path):
-    """The ASINs WebShop's load_products keeps, in order: it skips 'nan', ASINs over 10 characters and repeats."""
-    seen = {}
-    for p in iter_json_items(path):
-        a = p.get("asin") if isinstance(p, dict) else None
-        if isinstance(a, str) and a != "nan" and len(a) <= 10:
-            seen.setdefault(a, None)
-    return list(seen)
-
-
-def webshop_doctor(path="", setting="authors"):
-    """Check an official WebShop setup for one setting; -> list of (ok, what, fix). Looks at files and versions,
-    imports nothing heavy: the data paths utils.py sets (its uncommented lines), that they exist, that the attribute
-    file covers the setting's product file (authors: data/items_shuffle_1000.json, which the wrapper passes; human:
-    utils.py's DEFAULT_FILE_PATH, the full set), the search index's document count against the deduplicated product
-    count (products are streamed, never loaded whole), the spaCy model, and Java against the installed pyserini."""
-    import importlib.util
-    from importlib.metadata import PackageNotFoundError, version
-    path = path or os.environ.get("WEBSHOP_PATH", "")
-    out = []
-    if not path or not os.path.isdir(os.path.join(path, "web_agent_site")):
-        return [(False, f"WEBSHOP_PATH={path or '(unset)'} holds no web_agent_site/",
-                 "git clone https://github.com/princeton-nlp/WebShop and export WEBSHOP_PATH=<that dir>")]
-    out.append((True, f"checkout at {path}", ""))
-    paths = webshop_utils_paths(path)
-    rel = lambda p: os.path.relpath(p, path)  # noqa: E731
-    for name, what in WEBSHOP_DATA_PATHS.items():
-        if setting == "authors" and name == "DEFAULT_FILE_PATH":
-            continue  # this setting passes its own product file (below)
-        if name not in paths:
-            if name in WEBSHOP_NEEDED:
-                out.append((False, f"utils.py sets no {name}", "restore web_agent_site/utils.py from the checkout"))
-            continue
-        ok = os.path.exists(paths[name]) or name not in WEBSHOP_NEEDED
-        out.append((ok, f"utils.py {name} -> {rel(paths[name])} ({what})" + ("" if os.path.exists(paths[name])
-                                                                              else ", absent"),
-                    "" if ok else "run ./setup.sh -d all (Google Drive via gdown), or point utils.py at your files"))
-    prod = os.path.join(path, AUTHORS_PRODUCTS) if setting == "authors" else paths.get("DEFAULT_FILE_PATH", "")
-    attr = paths.get("DEFAULT_ATTR_PATH", "")
-    if setting == "authors":
-        out.append((os.path.exists(prod), f"{AUTHORS_PRODUCTS} (the 1,000 products of the authors' setting)",
-                    "" if os.path.exists(prod) else "run ./setup.sh -d small (or -d all), which fetches it"))
-    asins = webshop_product_asins(prod) if os.path.exists(prod) else None
-    if asins is not None:
-        small = os.path.basename(prod) == "items_shuffle_1000.json" and setting == "human"
-        out.append((True, f"{len(asins)} products after WebShop's deduplication in {rel(prod)}",
-                    "the 1000-product preview; the human setting needs the full set: setup.sh -d all and point "
-                    "DEFAULT_FILE_PATH at items_shuffle.json, DEFAULT_ATTR_PATH at items_ins_v2.json" if small else ""))
-    if asins is not None and os.path.exists(attr):
-        have = {k for k, v in iter_json_items(attr) if isinstance(v, dict) and "attributes" in v}
-        miss = sum(a not in have for a in asins)
-        out.append((miss == 0, f"attributes for {len(asins) - miss} of {len(asins)} products in {rel(attr)}",
-                    "" if miss == 0 else f"the product and attribute files disagree: {miss} products get WebShop's "
-                    "placeholder attribute DUMMY_ATTR, which changes the attribute reward and the expert's success; "
-                    "point DEFAULT_ATTR_PATH at an attribute file that covers the setting's products (items_ins_v2.json "
-                    "covers both sets, items_ins_v2_1000.json the 1,000 only)"))
-    # the text env (num_products=None) searches search_engine/indexes, built from resources/documents.jsonl, one
-    # line per product that load_products keeps (search_engine/convert_product_file_format.py, run_indexing.sh)
-    docs = os.path.join(path, "search_engine", "resources", "documents.jsonl")
-    n_docs = sum(1 for _ in open(docs)) if os.path.exists(docs) else 0
-    index = os.path.join(path, "search_engine", "indexes")
-    idx_ok = os.path.isdir(index) and bool(os.listdir(index)) and n_docs > 0
-    out.append((idx_ok, f"search_engine/indexes ({n_docs} documents in resources/)",
-                "" if idx_ok else "cd search_engine && python convert_product_file_format.py && bash run_indexing.sh"))
-    if idx_ok and asins is not None:
-        out.append((len(asins) == n_docs, f"index documents {n_docs} vs deduplicated products {len(asins)}",
-                    "" if len(asins) == n_docs else "rebuild the index from this setting's product file (the index "
-                    "must hold exactly the products the server loads): cd search_engine && python "
-                    "convert_product_file_format.py && bash run_indexing.sh"))
-    sm = importlib.util.find_spec("en_core_web_sm") is not None
-    out.append((sm, "spaCy model en_core_web_sm (goal.py loads it at import)",
-                "" if sm else "python -m spacy download en_core_web_sm (setup.sh fetches en_core_web_lg instead)"))
-    try:
-        pv = version("pyserini")
-    except PackageNotFoundError:
-        pv = None
-    jv = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr if shutil.which("java") else ""
-    jm = re.search(r'version "(\d+)(?:\.(\d+))?', jv)
-    java = (int(jm.group(2)) if jm and jm.group(1) == "1" else int(jm.group(1))) if jm else None
-    need = 21 if pv and tuple(int(x) for x in pv.split(".")[:2]) >= (0, 35) else 11
-    out.append((pv is not None, f"pyserini {pv or 'not installed'}", "" if pv else "pip install pyserini==0.17.0"))
-    out.append((java is not None and java >= need, f"Java {java or 'not found'} (pyserini {pv or '?'} needs >= {need})",
-                "" if java and java >= need else "install a JDK >= 11 and pyserini<=0.25 (0.35+ needs Java 21)"))
-    return out
+            asin = "B0" + "".join(rng.choice("ABCDEFGHJKLMNPQRSTUVWXYZ0123456789") for _ in range(8))
+            if asin not in asins:
+                asins.add(asin)
+                break
+        ptype, a = rng.choice(types), rng.sample(pool, rng.randint(2, 3))
+        name = f"{rng.choice(WEBSHOP_BRANDS).title()} {rng.choice(WEBSHOP_STYLES).title()} {a[0].title()} " \
+               f"{ptype.title()}"
+        lo = round(rng.uniform(5, 120), 2)
+        pricing = f"${lo:.2f}" if rng.random() < 0.7 else f"${lo:.2f} - ${lo + round(rng.uniform(2, 30), 2):.2f}"
+        options = {}
+        for oname in sorted(rng.sample(sorted(opts), rng.randint(0, 2))):
+            options[oname] = [{"value": v, "image": None} for v in rng.sample(opts[oname], rng.randint(2, 3))]
+        products.append({
+            "asin": asin, "name": name, "category": cat, "query": ptype,
+            "product_category": f"{path} › {ptype.title()}",
+            "full_description": f"This {ptype} is {' and '.join(a[1:])}. Made by {name.split()[0]}.",
+            "small_description": [f"{x.capitalize()}." for x in a[1:]] + [f"Great {ptype} for every day."],
+            "pricing": pricing, "customization_options": options or None, "images": [None]})
+        ask = rng.choice(WEBSHOP_ASKS).format(a=" and ".join(a), t=ptype)
+        attrs[asin] = {"attributes": a, "instruction": ask, "instruction_attributes": a}
+    goals = []
+    for p in products:
+        price = fixed_price(p)
+        combos = [{}]
+        for oname, vals in (p["customization_options"] or {}).items():
+            combos = [{**c, oname: v["value"]} for c in combos for v in vals]
+        for combo in combos:
+            caps = [10 * (int(price // 10) + k) for k in range(1, 5)]  # next four multiples of 10
+            cap = max(rng.sample(caps, 2))
+            inst = attrs[p["asin"]]["instruction"]
+            text = inst + (" with " + ", and ".join(f"{k}: {v}" for k, v in combo.items()) if combo else "") + \
+                f", and price lower than {cap:.2f} dollars"
+            goals.append({"asin": p["asin"], "category": p["category"], "query": p["query"], "name": p["name"],
+                          "product_category": p["product_category"], "instruction_text": text,
+                          "attributes": attrs[p["asin"]]["instruction_attributes"], "goal_options": combo,
+                          "price_upper": float(cap)})
+    rng.shuffle(goals)  # goal i is a stable id: the order depends only on (seed, n_products)
+    return products, attrs, goals

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from config import Config
-from gamegen import load_tasks
+from tasks import load_tasks
 from hints import attach_expert_data, parse_target_key, read_expert_file, trial_aliases
 
 
@@ -71,9 +71,9 @@ def test_webshop_keys_as_the_authors_write_them():
 
 
 def test_train_py_reads_the_expert_file_for_training_tasks_only(tmp_path):
-    """envs.tasks_for with --expert_data: the training split gets the entries; an evaluation split (hint-free) is
+    """tasks.tasks_for with --expert_data: the training split gets the entries; an evaluation split (hint-free) is
     untouched."""
-    from envs import tasks_for
+    from tasks import tasks_for
     games = load_tasks("train", task_types=["pick_and_place_simple"])
     path = write(tmp_path / "sft.json", [{"id": trial(games[0]), "actions": ["look"] + games[0]["walkthrough"],
                                           "think": ["a"] * (games[0]["L"] + 1)}])

@@ -7,7 +7,7 @@ import torch
 
 from config import Config
 from envs import EnvPool
-from gamegen import load_tasks
+from tasks import load_tasks
 from rollout import HFEngine, encode_prompt, expert_reply, parse_action, rollout, user_message
 
 
@@ -24,6 +24,12 @@ def pool():
     p = EnvPool(2)
     yield p
     p.close()
+
+
+def grp(task, n, R):
+    """A rollout group after the first n actions of the task's expert trajectory (hints.group)."""
+    from hints import ExpertSource, group
+    return group(ExpertSource([task]), task, n, R)
 
 
 def cfg(**kw):
@@ -69,11 +75,11 @@ class ScriptedEngine:
 def test_scripted_expert_wins_and_garbage_fails(tiny, pool):
     _, tok = tiny
     for t in load_tasks("train")[:6:2]:
-        out = rollout(ScriptedEngine(tok, t["walkthrough"]), pool, tok, [{"task": t, "n": 0, "R": 3}], cfg())
+        out = rollout(ScriptedEngine(tok, t["walkthrough"]), pool, tok, [grp(t, 0, 3)], cfg())
         assert [e["won"] for e in out["episodes"]] == [True] * 3
         assert all(r["valid"] for r in out["rows"]) and len(out["rows"]) == 3 * t["L"]
         bad = rollout(ScriptedEngine(tok, t["walkthrough"], garbage=True), pool, tok,
-                      [{"task": t, "n": 0, "R": 2}], cfg(max_steps=6, invalid_penalty=0.1))
+                      [grp(t, 0, 2)], cfg(max_steps=6, invalid_penalty=0.1))
         assert [e["won"] for e in bad["episodes"]] == [False] * 2
         assert bad["stats"]["invalid"] == 12 and all(not r["valid"] for r in bad["rows"])
         assert [e["reward"] for e in bad["episodes"]] == pytest.approx([-0.6, -0.6])
@@ -84,7 +90,7 @@ def test_prefix_in_history_counts_against_max_steps_and_aux_rows(tiny, pool):
     t = load_tasks("train")[1]
     n = t["L"] - 2
     out = rollout(ScriptedEngine(tok, t["walkthrough"], garbage=True), pool, tok,
-                  [{"task": t, "n": n, "R": 2}], cfg(max_steps=n + 3))
+                  [grp(t, n, 2)], cfg(max_steps=n + 3))
     for e in out["episodes"]:
         assert e["steps"] == n + 3
     rows = [r for r in out["rows"] if r["eid"] == out["episodes"][0]["eid"]]
@@ -96,7 +102,7 @@ def test_prefix_in_history_counts_against_max_steps_and_aux_rows(tiny, pool):
         assert tok.decode(a["response_ids"], skip_special_tokens=True) == expert_reply(t["walkthrough"][k])
         assert parse_action(tok.decode(a["response_ids"], skip_special_tokens=True)) == t["walkthrough"][k]
     # n = L - 1 with a scripted expert: the one remaining step wins
-    win = rollout(ScriptedEngine(tok, t["walkthrough"]), pool, tok, [{"task": t, "n": t["L"] - 1, "R": 1}], cfg())
+    win = rollout(ScriptedEngine(tok, t["walkthrough"]), pool, tok, [grp(t, t["L"] - 1, 1)], cfg())
     assert win["episodes"][0]["won"] and len(win["rows"]) == 1
 
 
@@ -122,11 +128,11 @@ def test_hf_rollouts_same_seed_same_result(tiny, pool):
     eng = HFEngine(path, tok)
     t = load_tasks("train")[0]
     c = cfg(max_steps=4, constrained=True)
-    a = rollout(eng, pool, tok, [{"task": t, "n": 1, "R": 3}], c, seed=7)
-    b = rollout(eng, pool, tok, [{"task": t, "n": 1, "R": 3}], c, seed=7)
+    a = rollout(eng, pool, tok, [grp(t, 1, 3)], c, seed=7)
+    b = rollout(eng, pool, tok, [grp(t, 1, 3)], c, seed=7)
     assert [r["response_ids"] for r in a["rows"]] == [r["response_ids"] for r in b["rows"]]
     assert all(r["valid"] for r in a["rows"])  # constrained decoding: only admissible commands
-    other = rollout(eng, pool, tok, [{"task": t, "n": 1, "R": 3}], c, seed=8)
+    other = rollout(eng, pool, tok, [grp(t, 1, 3)], c, seed=8)
     assert [r["response_ids"] for r in a["rows"]] != [r["response_ids"] for r in other["rows"]]
 
 
@@ -272,7 +278,7 @@ def test_entropy_term_keeps_no_extra_vocab_sized_tensor(tiny):
     tensors only, far below a quarter of one such tensor (a second copy of the logits would add 4 b n V)."""
     from transformers import AutoModelForCausalLM
     from grpo import policy_loss
-    from rollout import response_logprobs
+    from update import response_logprobs
     path, tok = tiny
     m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     replies = ["<action>look</action>", "<think>go</think><action>go to desk 1</action>", "<action>inventory</action>"]
@@ -397,14 +403,14 @@ def test_expert_targets_carry_the_thinks_the_prompt_asks_for(tiny, pool):
     thinks = [f"step {j} makes sense." for j in range(t["L"])]
     full = cfg(prompt="full", max_prompt_tokens=2048)
     for task, want in (({**t, "thinks": thinks}, thinks), (t, [""] * t["L"])):
-        out = rollout(ScriptedEngine(tok, t["walkthrough"], garbage=True), pool, tok, [{"task": task, "n": 3, "R": 2}],
+        out = rollout(ScriptedEngine(tok, t["walkthrough"], garbage=True), pool, tok, [grp(task, 3, 2)],
                       dataclasses.replace(full, max_steps=3))  # the prefix fills the budget: no policy turn
         assert [a["n"] for a in out["aux"]] == [3, 3, 3]
         for k, a in enumerate(out["aux"]):
             assert a["response_ids"][-1] == tok.eos_token_id
             assert tok.decode(a["response_ids"][:-1]) == f"<think>{want[k]}</think>\n<action>{t['walkthrough'][k]}</action>"
     out = rollout(ScriptedEngine(tok, t["walkthrough"], garbage=True), pool, tok,
-                  [{"task": {**t, "thinks": thinks}, "n": 2, "R": 1}], cfg(max_steps=3))  # compact
+                  [grp({**t, "thinks": thinks}, 2, 1)], cfg(max_steps=3))  # compact
     assert [tok.decode(a["response_ids"][:-1]) for a in out["aux"]] == [f"<action>{a}</action>" for a in t["walkthrough"][:2]]
 
 
@@ -413,8 +419,8 @@ def test_aux_loss_weighting_token_mean_and_the_authors_prefix_mean(tiny):
     expert token weighs the same, -eta sum lp / tokens. prefix-mean (released, the authors' prefix SFT): each row's
     token mean, weight 1/n, over the weights: -eta (m1 / 2 + m2 / 2 + m3 / 1) / (1/2 + 1/2 + 1)."""
     from transformers import AutoModelForCausalLM
-    from learner import Learner
-    from rollout import expert_ids, response_logprobs
+    from rollout import expert_ids
+    from update import Update, response_logprobs
     path, tok = tiny
     m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     acts = ["go to desk 1", "take mug 1 from desk 1", "look"]
@@ -426,7 +432,7 @@ def test_aux_loss_weighting_token_mean_and_the_authors_prefix_mean(tiny):
     counts = {"aux_tokens": sum(lens), "aux_weight": 0.5 + 0.5 + 1.0}
     for agg, want in (("token-mean", -0.5 * sum(sums) / sum(lens)),
                       ("prefix-mean", -0.5 * (sums[0] / lens[0] / 2 + sums[1] / lens[1] / 2 + sums[2] / lens[2]) / 2.0)):
-        learn = Learner(cfg(eta=0.5, aux_agg=agg), m, None, tok, "cpu")
+        learn = Update(cfg(eta=0.5, aux_agg=agg), m, m, None, None, tok, "cpu")
         parts = {"aux": 0.0}
         with torch.no_grad():
             loss = learn.micro_loss("aux", rows, counts, {}, parts)

@@ -64,12 +64,15 @@ def test_cpu_smoke_dry_run_one_seed_per_entry():
 
 
 def test_pick2_regime_dry_run_gives_each_method_its_seeds():
-    """--cpu --only pick2: Agent-G² and GRPO with 3 seeds, four schedules with 2, enumeration with 1, all under the
-    cpu_pick2 preset, in the run directories docs/results.md names."""
+    """--cpu --only pick2: Agent-G² and GRPO with 3 seeds, four schedules with 2, enumeration and the two hint-source
+    runs with 1, all under the cpu_pick2 preset, in the run directories docs/results.md names, with config.METHODS'
+    flags."""
+    from config import METHODS
     names, seeds, lines, count = grid("--cpu", "--only", "pick2")
     assert seeds == {"g2": [0, 1, 2], "grpo": [0, 1, 2], "fixed": [0, 1], "linear": [0, 1], "target_acc": [0, 1],
-                     "binary": [0, 1], "enum": [0]}
-    assert count == len(lines) == 15 and all(x.startswith("python train.py --preset cpu_pick2 --seed ") for x in lines)
+                     "binary": [0, 1], "enum": [0], "self_hints": [0], "half_hints": [0]}
+    assert count == len(lines) == 17 and all(x.startswith("python train.py --preset cpu_pick2 --seed ") for x in lines)
+    assert all(x.endswith(f"/s0 {METHODS[n][1]}") for n in ("self_hints", "half_hints") for x in lines if f"/{n}/" in x)
     assert all(re.search(r"--out_dir runs/cpu_pick2/\w+/s\d ", x + " ") for x in lines)
     assert sh("--only", "pick2", "--dry-run").returncode == 2  # the regime is a CPU one
     toy = grid("--cpu")[2]  # the toy grid leaves the regime out: it runs only when asked for

@@ -224,13 +224,13 @@ def test_sampling_modes_distribution():
                         ("uniform", lambda x: abs(x.std() - 0.1) < 0.01 and x.max() <= 0.5 + math.sqrt(3) * 0.1),
                         ("none", lambda x: np.all(x == 0.5))]:
         s = make(lengths=(3,), K=1, sampling=mode, mu0=0.5, lam=0.0)
-        x = np.array([s.sample_ratio(0) for _ in range(4000)])
+        x = np.array([s.draw(*s.mu_sigma(0)) for _ in range(4000)])
         assert abs(x.mean() - 0.5) < 0.01 and check(x), mode
 
 
 def test_sampled_ratio_clipped_to_cap():
     s = make(lengths=(10,), K=1, cap=0.8, mu0=0.8, sigma_mode="fixed", sigma_fixed=0.5)
-    x = np.array([s.sample_ratio(0) for _ in range(2000)])
+    x = np.array([s.draw(*s.mu_sigma(0)) for _ in range(2000)])
     assert x.max() <= 0.8 and x.min() >= 0.0
 
 
@@ -253,7 +253,7 @@ def test_baseline_depths():
     ta.update(["t0", "t1"], [0.5, 0.5])
     ta.update(["t0", "t1"], [0.0, 0.25])  # < 0.5: d does not grow
     ta.update(["t0", "t1"], [1.0, 0.0])
-    assert ta.d == 2 and ta.depths(tasks_of(L), 3)["n"] == [7, 1]
+    assert ta.rule.d == 2 and ta.depths(tasks_of(L), 3)["n"] == [7, 1]
 
 
 def scripted_probe(curves, R=8, log=None):
@@ -423,15 +423,15 @@ def test_state_dict_round_trips_every_attribute(kw):
                  [[0, 1, 0, 0], [1, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 1, 0], [0, 1, 1, 0]])
     b = make(L, seed=99, **kw)  # another seed: its RNG and (random-free) init must all be overwritten
     b.load_state_dict(json.loads(json.dumps(a.state_dict())))
-    assert set(vars(a)) == set(vars(b))
-    for key, va in vars(a).items():
-        vb = getattr(b, key)
+    assert set(vars(a)) == set(vars(b)) and set(vars(a.rule)) == set(vars(b.rule))
+    for key, va in list(vars(a).items()) + [(f"rule.{k}", v) for k, v in vars(a.rule).items() if k != "s"]:
+        vb = getattr(b.rule, key[5:]) if key.startswith("rule.") else getattr(b, key)
         if key == "rng":
             assert va.bit_generator.state == vb.bit_generator.state
-        elif isinstance(va, np.ndarray):
-            assert va.tolist() == vb.tolist(), key
-        else:
-            assert va == vb, key
+        elif isinstance(va, np.ndarray):  # an array comes back as an array of its dtype
+            assert isinstance(vb, np.ndarray) and vb.dtype == va.dtype and va.tolist() == vb.tolist(), key
+        elif key != "rule":
+            assert va == vb and type(va) is type(vb), key
     assert a.step == 4 and a.n_updates == 5  # hand count: the last depths() step, five updates with episodes
     assert a.depths(tasks, 5) == b.depths(tasks, 5)
 
@@ -449,7 +449,7 @@ def test_registry_is_the_one_list_of_schedulers():
     from scheduler import RULES, is_g2
     assert config.CHOICES["scheduler"] == list(RULES)
     assert all(k in config.Config.__dataclass_fields__["scheduler"].metadata["help"] for k in RULES)
-    assert {k for k in RULES if RULES[k]["probe"]} == {"binary", "enum"}
+    assert {k for k in RULES if RULES[k].probe} == {"binary", "enum"}
     assert is_g2("g2") and is_g2("g2_ucb") and not is_g2("linear") and not is_g2("bogus")
 
 
@@ -483,9 +483,14 @@ def test_toy_scheduler_through_the_registry_alone_runs_in_the_simulator():
     import bench
     from scheduler import RULES, register
 
-    @register("toy_half_then_none", "half the walkthrough for 20 steps, then no hint")
-    def toy(s, t, step):
-        return prefix_len(0.5, t["L"]) if step < 20 else 0
+    from scheduler import Rule
+
+    @register
+    class Toy(Rule):
+        name, help = "toy_half_then_none", "half the walkthrough for 20 steps, then no hint"
+
+        def depth(self, task, step):
+            return prefix_len(0.5, task["L"]) if step < 20 else 0
 
     try:
         s = make(lengths=(4, 10), scheduler="toy_half_then_none")
@@ -505,14 +510,14 @@ def test_bench_sched_only_simulates_one_rule_beside_g2():
                        cwd=root, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     rows = [x.split("  ")[0] for x in p.stdout.splitlines()[2:] if x and not x.startswith("(")]
-    assert rows == ["Agent-G2 (paper)", "g2_ucb ucb_c=0.3"]
+    assert rows == ["g2", "g2_ucb ucb_c=0.3"]
     bad = subprocess.run([sys.executable, "bench.py", "sched", "--only", "nope"], cwd=root, capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode != 0 and "no scheduler 'nope'" in bad.stderr
 
 
 def test_a_rule_brings_its_own_flag():
-    """g2_ucb's knob is declared in its register() call alone: config.py turns it into a field and a flag."""
+    """g2_ucb's knob is declared in its class alone (Rule.knobs): config.py turns it into a field and a flag."""
     import config
     from scheduler import KNOBS
     assert KNOBS["ucb_c"][0] == 0.1 and config.Config().ucb_c == 0.1
@@ -526,8 +531,83 @@ def test_knobs_come_in_scheduler_py_only():
     import pickle
 
     import config
-    from scheduler import register
+    from scheduler import Rule, register
+    late = type("Late", (Rule,), {"name": "late_rule", "help": "a rule from elsewhere",
+                                  "knobs": {"late_knob": (1.0, "never a field")}})
     with pytest.raises(RuntimeError, match="already built"):
-        register("late_rule", "a rule from elsewhere", knobs={"late_knob": (1.0, "never a field")})
+        register(late)
     c = config.get_config(["--ucb_c", "0.25"])
     assert pickle.loads(pickle.dumps(c)) == c
+
+
+def test_state_round_trips_a_lazily_added_array_and_an_int_keyed_dict():
+    """State a fork adds later keeps its type through a checkpoint (JSON): a numpy array stays an array of its
+    dtype, an int-keyed dict keeps int keys, nested lists stay lists; a type that cannot come back is refused."""
+    s = make()
+    s.visits = np.arange(6, dtype=np.int64).reshape(2, 3)  # added after __init__
+    s.rule.by_step = {3: [0.5, [1, 2]], 10: [0.25, []]}
+    s.rule.weights = np.array([0.5, 0.25])
+    back = make()
+    back.load_state_dict(json.loads(json.dumps(s.state_dict())))
+    assert isinstance(back.visits, np.ndarray) and back.visits.dtype == np.int64 and back.visits.tolist() == \
+        [[0, 1, 2], [3, 4, 5]]
+    assert back.rule.by_step == {3: [0.5, [1, 2]], 10: [0.25, []]} and list(back.rule.by_step) == [3, 10]
+    assert isinstance(back.rule.weights, np.ndarray) and back.rule.weights.tolist() == [0.5, 0.25]
+    s.rule.pairs = (1, 2)
+    with pytest.raises(TypeError, match="rule g2.pairs: a tuple cannot be saved"):
+        s.state_dict()
+    del s.rule.pairs
+    s.mixed = {1: "a", "b": 2}
+    with pytest.raises(TypeError, match="scheduler.mixed: dict keys must be all str or all int"):
+        s.state_dict()
+
+
+def test_g2_ucb_logs_the_centre_it_draws_from():
+    """mu0 0.4, lam 0, ucb_c 0.2, one cluster, step 3, no update yet: the draw's centre is 0.4 + 0.2 sqrt(log 4) =
+    0.63548, and that is the mu_k the log shows (not the shared 0.4)."""
+    s = make(lengths=(10,), scheduler="g2_ucb", mu0=0.4, lam=0.0, sampling="none", ucb_c=0.2, K=1)
+    s.depths(tasks_of((10,)), 3)
+    assert s.stats()["mu_k"] == [pytest.approx(0.4 + 0.2 * math.sqrt(math.log(4)))]
+
+
+def test_g2_mix_by_hand():
+    """One cluster, lam 1, p_target 0.5, mu0 0.8, mix_gap 0.15, sigma_min 0.1, gamma 1, alpha 0.5 (by hand):
+    - at the start A = V = 0 on both components: centres 0.8 + 0.5 -+ 0.15 -> 1.15, 1.45, clipped to 1, 1;
+      weights (0 + 0.05) / 0.1 = 0.5 each; the log's mu_k = 1, sigma_k = sqrt(0.5 (0.01 + 1) * 2 - 1) = 0.1.
+    - tasks a (drawn from component 0, p = 1.0) and b (component 1, p = 0.5) update: A = [0.5, 0.25], V = [0, 0]
+      (one task each: no variance); mu_global: acc 0.75 > 0.5 -> 0.7. Centres 0.7 + (0.5 - 0.5) - 0.15 = 0.55 and
+      0.7 + (0.5 - 0.25) + 0.15 = 1.1 -> 1.0; weights 0.5 / 0.5: mu_k = 0.775, sigma_k^2 = 0.5 (0.01 + 0.3025) +
+      0.5 (0.01 + 1) - 0.775^2 = 0.66125 - 0.600625 = 0.060625."""
+    s = make(lengths=(10, 10), scheduler="g2_mix", K=1, lam=1.0, p_target=0.5, mu0=0.8, mix_gap=0.15,
+             sigma_min=0.1, gamma=1.0, alpha=0.5, sampling="none")
+    assert s.stats()["mu_k"] == [pytest.approx(1.0)] and s.stats()["sigma_k"] == [pytest.approx(0.1)]
+    s.rule.drawn = {"t0": 0, "t1": 1}
+    s.update(["t0", "t1"], [1.0, 0.5])
+    assert s.rule.A.tolist() == [[0.5, 0.25]] and s.rule.V.tolist() == [[0.0, 0.0]]
+    assert s.mu_global == pytest.approx(0.7)
+    mus, sigmas, w = s.rule.components(0)
+    assert mus.tolist() == pytest.approx([0.55, 1.0]) and w.tolist() == pytest.approx([0.5, 0.5])
+    assert s.stats()["mu_k"] == [pytest.approx(0.775)]
+    assert s.stats()["sigma_k"] == [pytest.approx(math.sqrt(0.060625))]
+    n = s.depths(tasks_of((10, 10)), 1)["n"]  # sampling none: a draw sits on its component's centre
+    assert all(k in (6, 9) for k in n) and set(s.rule.drawn.values()) <= {0, 1}  # ceil(5.5) = 6, min(ceil(10), 9)
+
+
+def test_a_rules_flag_under_another_rule_is_a_warning(capsys):
+    import config
+    config.get_config(["--scheduler", "g2", "--ucb_c", "0.3"])
+    assert "warning: --ucb_c belongs to --scheduler g2_ucb; under --scheduler g2 it does nothing" in \
+        capsys.readouterr().err
+    config.get_config(["--scheduler", "g2_ucb", "--ucb_c", "0.3"])
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_a_task_without_a_hint_is_played_at_depth_0_and_joins_a_cluster_when_it_gets_one():
+    """lengths (3, None, 9): quantile thresholds of the known lengths [3, 9] with K 2: 6.0; t1 waits at depth 0
+    without a draw; set_length(t1, 8) puts it in cluster 1 (8 > 6)."""
+    s = make(lengths=(3, None, 9), K=2, sampling="none", mu0=0.5, lam=0.0)
+    assert s.thresholds == [6.0] and "t1" not in s.cluster
+    plan = s.depths([{"id": "t0", "L": 3}, {"id": "t1", "L": None}, {"id": "t2", "L": 9}], 0)
+    assert plan["n"] == [2, 0, 5] and plan["r"][1] == 0.0  # ceil(0.5 * 3) = 2, ceil(0.5 * 9) = 5
+    s.set_length("t1", 8)
+    assert s.cluster["t1"] == 1

@@ -115,7 +115,7 @@ def test_ddp_two_ranks_match_single_process(tmp_path):
     ddp, single = records(tmp_path / "ddp"), records(tmp_path / "single")
     assert [r["step"] for r in ddp] == [0, 1, 2]
     for r in ddp:
-        assert r["rank_param_spread"] == 0.0 and r["sched_same_on_ranks"]
+        assert r["rank_param_spread"] == 0.0 and r["state_same_on_ranks"]
     for a, b in zip(ddp, single):
         assert a["mu_global"] == b["mu_global"] and a["A"] == pytest.approx(b["A"]) and a["success"] == b["success"]
         assert a["aux"] == pytest.approx(b["aux"], rel=1e-4)
@@ -195,7 +195,7 @@ def test_paper_preset_two_nodes(tmp_path):
     master = [i for i in (0, 1) if (tmp_path / f"out{i}" / "log.jsonl").exists()]
     assert len(master) == 1 and not (tmp_path / f"out{1 - master[0]}").exists()  # the other node wrote nothing
     for r in records(tmp_path / f"out{master[0]}"):
-        assert r["rank_param_spread"] == 0.0 and r["sched_same_on_ranks"]
+        assert r["rank_param_spread"] == 0.0 and r["state_same_on_ranks"]
     check_paper_run(tmp_path / f"out{master[0]}")
 
 
@@ -251,7 +251,7 @@ def test_fsdp2_on_cpu_gloo(tmp_path):
           "--kl_coef", "0.01", "--dtype", "bfloat16", "--old_logprobs", "trainer", torchrun=2)
     recs = records(tmp_path)
     for r in recs:
-        assert r["sync_err"] < 1e-1 and r["rank_param_spread"] == 0.0 and r["sched_same_on_ranks"]  # bf16 scoring
+        assert r["sync_err"] < 1e-1 and r["rank_param_spread"] == 0.0 and r["state_same_on_ranks"]  # bf16 scoring
         assert r["aux"] == r["aux"] and r["rollouts"] == 8 and r["lp_diff_max"] >= 0
     assert recs[0]["kl"] == 0.0  # FSDP2 casts the policy's fp32 shards and the reference's to the same bf16
     AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt_000002")  # a full HF checkpoint, not shards
@@ -279,7 +279,7 @@ def test_fsdp2_vllm_reference_checkpointing_mini_batches_and_resume(tmp_path):
     assert [r["step"] for r in cut] == [0, 1, 2]
     for a, b in zip(full, cut):
         assert a["sync_err"] < 1e-4 and b["sync_err"] < 1e-4  # each engine scores like the synced policy
-        assert a["rank_param_spread"] == 0.0 and b["sched_same_on_ranks"]
+        assert a["rank_param_spread"] == 0.0 and b["state_same_on_ranks"]
         for key in ("success", "mean_n", "mu_global", "tokens"):
             assert a[key] == b[key], (key, a["step"])
         for key in ("pg", "kl", "aux", "update_rel"):

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 import webshop
+import webshop_doctor
 from envs import EnvPool
-from gamegen import make_catalogue
-from webshop import (SEARCH_ACTION, WEBSHOP_SPLITS, WebShopEnv, load_webshop_tasks, parse_webshop_action,
+from tasks import load_webshop_tasks
+from webshop import (SEARCH_ACTION, WEBSHOP_SPLITS, WebShopEnv, make_catalogue, parse_webshop_action,
                      scripted_expert, webshop_reward)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -479,16 +480,16 @@ def test_webshop_doctor_streams_the_product_file(tmp_path, monkeypatch):
     checkout = _layout(tmp_path / "WebShop")
     product_file = os.path.join(checkout, "data", "items_shuffle.json")
     for chunk in (1, 7, 64):
-        assert [p["asin"] for p in webshop.iter_json_items(product_file, chunk)] == \
+        assert [p["asin"] for p in webshop_doctor.iter_json_items(product_file, chunk)] == \
             ASINS[:2] + ASINS[:1] + ASINS[2:] + ["nan"]
-    assert list(webshop.iter_json_items(os.path.join(checkout, "data", "items_ins_v2.json"), 5)) == \
+    assert list(webshop_doctor.iter_json_items(os.path.join(checkout, "data", "items_ins_v2.json"), 5)) == \
         [(a, {"attributes": ["cotton"]}) for a in ASINS]
 
     def no_whole_load(*a, **k):
         raise AssertionError("json.load / json.loads of a whole data file")
     monkeypatch.setattr(json, "load", no_whole_load)
     monkeypatch.setattr(json, "loads", no_whole_load)
-    checks = {what: ok for ok, what, _ in webshop.webshop_doctor(checkout, "human")}
+    checks = {what: ok for ok, what, _ in webshop_doctor.webshop_doctor(checkout, "human")}
     assert checks["5 products after WebShop's deduplication in data/items_shuffle.json"]
     assert checks["index documents 5 vs deduplicated products 5"]
 
