@@ -37,8 +37,9 @@ def tasks_for(cfg, split, verbose=False):
     task's own."""
     if cfg.env == "webshop":
         return load_webshop_tasks(split, webshop_spec(cfg), cfg.cache_dir or None, cfg.expert_data, verbose)
-    tasks = load_tasks(split, cfg.games, cfg.cache_dir or None, cfg.task_types.split(",") if cfg.task_types else None,
-                       verbose)
+    task_types = cfg.task_types.split(",") if cfg.task_types else None
+    tasks = load_tasks(split, cfg.games, cfg.cache_dir or None, task_types, verbose,
+                       keep_unhinted=cfg.hint_source != "expert")
     if cfg.expert_data and split == cfg.train_split:
         tasks, note = attach_expert_data(tasks, read_expert_file(cfg.expert_data), "alfworld")
         if verbose:
@@ -80,34 +81,43 @@ def builtin_root(cache):
     return root
 
 
-def load_tasks(split, games="builtin", cache=None, task_types=None, verbose=False):
+def load_tasks(split, games="builtin", cache=None, task_types=None, verbose=False, keep_unhinted=False):
     """Sorted, deterministic list of tasks: {id, gamefile, task_type, walkthrough, L}. Skips unsolvable,
-    'movable' and 'Sliced' games, as alfworld does."""
+    'movable' and 'Sliced' games, as alfworld does. A solvable game without a walkthrough is kept with
+    walkthrough [] and L 0 when keep_unhinted (a self hint source can hint it later), else refused."""
     from config import cache_dir, official_root
     root = builtin_root(cache or cache_dir()) if games == "builtin" else official_root()
     split_dir = os.path.join(root, split)
     if not os.path.isdir(split_dir):
         raise FileNotFoundError(f"no split '{split}' under {root} (have: {sorted(os.listdir(root))})")
-    tasks = []
+    tasks, unhinted = [], []
     for gf in sorted(glob.glob(os.path.join(split_dir, "**", "game.tw-pddl"), recursive=True)):
         d = os.path.dirname(gf)
         if "movable" in d or "Sliced" in d:
             continue
         g = json.load(open(gf))
-        if not g.get("solvable") or not g.get("walkthrough"):
+        if not g.get("solvable"):
             continue
         tt = json.load(open(os.path.join(d, "traj_data.json")))["task_type"]
         if task_types and tt not in task_types:
             continue
+        walk = g.get("walkthrough") or []
+        if not walk:
+            unhinted.append(os.path.relpath(d, root))
         tasks.append({"id": os.path.relpath(d, root), "gamefile": gf, "task_type": tt,
-                      "walkthrough": g["walkthrough"], "L": len(g["walkthrough"])})
+                      "walkthrough": walk, "L": len(walk)})
+    if unhinted and not keep_unhinted:
+        raise ValueError(f"{games} {split}: {len(unhinted)} games without a walkthrough (e.g. {unhinted[0]}); "
+                         "the expert hint source has nothing to replay for them. Use --hint_source self or "
+                         "mixed to keep them (hinted by the policy's own wins), or remove them.")
     if verbose:
         print(f"[envs] {games} {split}: {len(tasks)} games from {split_dir}")
     return tasks
 
 
 def length_table(tasks):
-    """Expert-length distribution per task type (min / mean / max, n)."""
+    """Expert-length distribution per task type (min / mean / max, n) over the tasks with a walkthrough."""
+    tasks = [t for t in tasks if t["L"]]
     by = collections.defaultdict(list)
     for t in tasks:
         by[t["task_type"]].append(t["L"])
