@@ -1,10 +1,12 @@
 """Benchmarks: each prints a table (and --json PATH writes the same numbers).
 
     python bench.py sched [--json out.json]    # every scheduler on a simulated task population, 5 seeds
-    python bench.py env                        # ALFWorld engine + WebShop-lite: reset/step, prefix replay, pool
+    python bench.py env                        # ALFWorld engine + WebShop-lite:
+                                               # reset/step, prefix replay, pool
     python bench.py rollout                    # tokens/s HF vs vLLM, weight-sync time, rollout time split
     python bench.py step                       # one training step's time breakdown for the cpu preset
-    python bench.py gpu [--cpu]                # one-shot GPU check (gpu_check.sh): engine, log-probs, sync, train
+    python bench.py gpu [--cpu]                # one-shot GPU check (gpu_check.sh):
+                                               # engine, log-probs, sync, train
 """
 import argparse
 import dataclasses
@@ -29,8 +31,9 @@ import numpy as np
 #   it is trained in band, and the policy drifts toward hint-free success.
 # - Hint-free success = mean_i p_i(0). "steps to 90%" is the first step where it reaches 0.9 (T+ if never).
 # - Probe methods draw their probe groups from the same curves; only the chosen group is trained on.
-# Limits: no aux loss, no forgetting, no per-step credit, a fixed curve shape. It measures how each rule places
-# groups relative to each task's band, and what that does under this simple learning rule; nothing more.
+# Limits: no aux loss, no forgetting, no per-step credit, a fixed curve shape. It measures how each
+# rule places groups relative to each task's band, and what that does under this simple learning
+# rule; nothing more.
 S_CURVE, ETA_SELF, ETA_SHARED, N_TASKS, T_SIM = 0.13, 0.04, 0.004, 64, 200
 
 
@@ -44,8 +47,8 @@ def alfworld_population(rng):
 
 
 def bimodal_population(rng):
-    """alfworld_population with each length group split in two: half its tasks need 0.2 less depth, half 0.2 more
-    (an easy and a hard half in one cluster: the case for a two-component mixture, g2_mix)."""
+    """alfworld_population with each length group split in two: half its tasks need 0.2 less depth, half 0.2
+    more (an easy and a hard half in one cluster: the case for a two-component mixture, g2_mix)."""
     L, dstar = alfworld_population(rng)
     return L, dstar + np.where(rng.random(N_TASKS) < 0.5, -0.2, 0.2)
 
@@ -95,13 +98,14 @@ def simulate(overrides, seed, B=16, R=8, population="alfworld"):
         if hit is None and np.mean(1 / (1 + np.exp(dstar / S_CURVE))) >= 0.9:
             hit = step + 1
     e = early / (min(T_SIM, 50) * B)
-    return {"band50": e[0], "under50": e[1], "over50": e[2], "in_band": band / groups, "under": under / groups, "over": over / groups,
-            "rollouts_per_task": rollouts / groups / R, "steps_to_90": hit,
-            "final_hint_free": float(np.mean(1 / (1 + np.exp(dstar / S_CURVE))))}
+    return {"band50": e[0], "under50": e[1], "over50": e[2], "in_band": band / groups,
+            "under": under / groups, "over": over / groups, "rollouts_per_task": rollouts / groups / R,
+            "steps_to_90": hit, "final_hint_free": float(np.mean(1 / (1 + np.exp(dstar / S_CURVE))))}
 
 
 def only_rows(args):
-    """--only NAME[,NAME...] (+ config flags such as --ucb_c 0.2): those registered rules beside Agent-G² (g2)."""
+    """--only NAME[,NAME...] (+ config flags such as --ucb_c 0.2): those registered rules beside
+    Agent-G² (g2)."""
     import config
     from scheduler import RULES
     ov, extra = {}, list(args.extra)
@@ -138,24 +142,26 @@ def bench_sched(args):
             return f">{T_SIM}".rjust(13)
         s = (fmt + " ± " + fmt).format(np.nanmean(x), np.nanstd(x))
         return s + (f" ({miss}>{T_SIM})" if miss else "")
-    print(f"bench.py sched: {N_TASKS} simulated tasks ({args.population} population), |B|=16, R=8, T={T_SIM}, "
-          f"{len(seeds)} seeds (mean ± std)")
-    print(f"{'scheduler':26s} {'band@<50 %':>14s} {'under@<50 %':>14s} {'over@<50 %':>14s} {'in band % (all)':>16s} {'rollouts/R':>14s} "
-          f"{'steps to 90%':>16s} {'final hint-free %':>18s}")
+    print(f"bench.py sched: {N_TASKS} simulated tasks ({args.population} population), |B|=16, R=8, "
+          f"T={T_SIM}, {len(seeds)} seeds (mean ± std)")
+    print(f"{'scheduler':26s} {'band@<50 %':>14s} {'under@<50 %':>14s} {'over@<50 %':>14s} "
+          f"{'in band % (all)':>16s} {'rollouts/R':>14s} {'steps to 90%':>16s} {'final hint-free %':>18s}")
     for label, runs in rows.items():
-        print(f"{label:26s} {ms(runs, 'band50', 100):>14s} {ms(runs, 'under50', 100):>14s} {ms(runs, 'over50', 100):>14s} "
-              f"{ms(runs, 'in_band', 100):>16s} "
-              f"{ms(runs, 'rollouts_per_task', 1, '{:5.2f}'):>14s} {ms(runs, 'steps_to_90', 1, '{:5.0f}'):>16s} "
-              f"{ms(runs, 'final_hint_free', 100):>18s}")
+        print(f"{label:26s} {ms(runs, 'band50', 100):>14s} {ms(runs, 'under50', 100):>14s} "
+              f"{ms(runs, 'over50', 100):>14s} {ms(runs, 'in_band', 100):>16s} "
+              f"{ms(runs, 'rollouts_per_task', 1, '{:5.2f}'):>14s} "
+              f"{ms(runs, 'steps_to_90', 1, '{:5.0f}'):>16s} {ms(runs, 'final_hint_free', 100):>18s}")
     if budget:
-        print("\nmismatch (share of groups outside [0.4, 0.6], first 50 steps) against rollout budget (Figure 2b):")
+        print("\nmismatch (share of groups outside [0.4, 0.6], first 50 steps) against "
+              "rollout budget (Figure 2b):")
         print(f"{'method':22s} {'rollouts/R':>14s} {'mismatch %':>14s}")
     for label, runs in budget.items():
         mm = [{"m": 1 - r["band50"]} for r in runs]
         print(f"{label:22s} {ms(runs, 'rollouts_per_task', 1, '{:5.2f}'):>14s} {ms(mm, 'm', 100):>14s}")
     print(f"({time.time() - t0:.0f} s)")
     if args.json:
-        json.dump({"model": {"s": S_CURVE, "eta_self": ETA_SELF, "eta_shared": ETA_SHARED, "N": N_TASKS, "T": T_SIM},
+        json.dump({"model": {"s": S_CURVE, "eta_self": ETA_SELF, "eta_shared": ETA_SHARED, "N": N_TASKS,
+                             "T": T_SIM},
                    "schedulers": rows, "budget": budget}, open(args.json, "w"), indent=1)
 
 
@@ -172,7 +178,8 @@ def bench_env(args):
     from tasks import load_tasks
     tasks = load_tasks("train")
     res = {}
-    print("bench.py env: real ALFWorld engine (alfworld + TextWorld PDDL) on the built-in games, ms (mean / p90)")
+    print("bench.py env: real ALFWorld engine (alfworld + TextWorld PDDL) on the built-in games, "
+          "ms (mean / p90)")
     print(f"{'':34s} {'load':>15s} {'reset':>15s} {'step':>15s}")
     rows = [("engine as shipped", False, False), ("with parse/translation caches", True, False),
             ("... and shallow text-gen contexts", True, True)]  # cumulative: each patch stays for the process
@@ -190,7 +197,8 @@ def bench_env(args):
                 t0 = time.time()
                 env.step(ep, a)
                 step.append(time.time() - t0)
-        res[name] = {"load_ms": np.mean(load) * 1e3, "reset_ms": np.mean(reset) * 1e3, "step_ms": np.mean(step) * 1e3}
+        res[name] = {"load_ms": np.mean(load) * 1e3, "reset_ms": np.mean(reset) * 1e3,
+                     "step_ms": np.mean(step) * 1e3}
         print(f"{name:34s} {_stats(load)} {_stats(reset)} {_stats(step)}")
     print("\nexpert-prefix replay (reset + n expert steps, same game, caches on), ms:")
     env, t = AlfEnv(), max(tasks, key=lambda t: t["L"])
@@ -203,13 +211,14 @@ def bench_env(args):
             ts.append(time.time() - t0)
         res[f"prefix_{n}_ms"] = np.mean(ts) * 1e3
         print(f"  n = {n:2d}: {np.mean(ts) * 1e3:7.1f}")
-    print(f"\na group's start: R = 8 episodes of one game ({t['L']} expert steps) reset after an n-step expert prefix, "
-          "then one step and close; one worker, ms:")
+    print(f"\na group's start: R = 8 episodes of one game ({t['L']} expert steps) reset after an n-step "
+          "expert prefix, then one step and close; one worker, ms:")
     for n in (2, 4, 8, 12):
         row = []
         for fork in (False, True):  # R replays of the prefix | one replay, then R - 1 forks of the worker
             pool = EnvPool(1, {"env": "alfworld", "fork_prefix": fork})
-            pool.run([("reset", e, t["gamefile"], []) for e in range(8)])  # warm: 8 engines with the game loaded
+            # warm: 8 engines with the game loaded
+            pool.run([("reset", e, t["gamefile"], []) for e in range(8)])
             pool.run([("close", e) for e in range(8)])
             ts = []
             for _ in range(3):
@@ -227,11 +236,13 @@ def bench_env(args):
     for w in (1, 2):
         pool = EnvPool(w)
         eids = list(range(32))
-        pool.run([("reset", e, tasks[e // 8]["gamefile"], []) for e in eids])  # warm: engines created, games loaded
+        # warm: engines created, games loaded
+        pool.run([("reset", e, tasks[e // 8]["gamefile"], []) for e in eids])
         state = pool.run([("reset", e, tasks[e // 8]["gamefile"], []) for e in eids])
         t0, n = time.time(), 0
         for _ in range(8):
-            state = pool.run([("step", e, s["admissible"][rng.integers(len(s["admissible"]))]) for e, s in zip(eids, state)])
+            state = pool.run([("step", e, s["admissible"][rng.integers(len(s["admissible"]))])
+                              for e, s in zip(eids, state)])
             n += len(eids)
         dt = time.time() - t0
         rss = [int(next(l.split()[1] for l in open(f"/proc/{p.pid}/status") if l.startswith("VmRSS"))) / 1024
@@ -246,8 +257,8 @@ def bench_env(args):
 
 
 def bench_webshop(products=1000):
-    """The WebShop-lite site (this repo's offline backend, not the official WebShop): build, search, page steps,
-    expert replay and pool throughput under random actions (a random query for search[<query>])."""
+    """The WebShop-lite site (this repo's offline backend, not the official WebShop): build, search, page
+    steps, expert replay and pool throughput under random actions (a random query for search[<query>])."""
     import webshop
     from envs import EnvPool
     from webshop import make_catalogue
@@ -281,7 +292,8 @@ def bench_webshop(products=1000):
         env.reset(i, walk[:-1])
         replay.append(time.time() - t0)
     res = {"catalogue_s": t_cat, "site_build_s": t_site, "search_ms": np.mean(ts) * 1e3,
-           "reset_ms": np.mean(reset) * 1e3, "step_ms": np.mean(step) * 1e3, "replay_L-1_ms": np.mean(replay) * 1e3}
+           "reset_ms": np.mean(reset) * 1e3, "step_ms": np.mean(step) * 1e3,
+           "replay_L-1_ms": np.mean(replay) * 1e3}
     print(f"  catalogue {t_cat * 1e3:.0f}, site + BM25 index {t_site * 1e3:.0f}; search {_stats(ts)}; "
           f"reset {_stats(reset)}; step {_stats(step)}; expert prefix L-1 {_stats(replay)}")
 
@@ -307,7 +319,6 @@ def bench_webshop(products=1000):
 # rollout: engines on the tiny model and the built-in games
 # ============================================================================================
 def bench_rollout(args):
-    import torch
     from transformers import AutoTokenizer
     from config import cache_dir, get_config
     from envs import EnvPool, room_text
@@ -322,8 +333,9 @@ def bench_rollout(args):
     prompts = []
     for t in tasks[:128]:  # the first decision of each game, compact prompt (~150 tokens)
         intro = "-= Welcome =-\n" + t["walkthrough"][0]
-        prompts.append(encode_prompt(tok, user_message(t["id"].split("/")[1].split("-")[0], room_text(intro, True),
-                                                       [], "You are in the middle of a room.", [], 0, cfg), 768)[0])
+        message = user_message(t["id"].split("/")[1].split("-")[0], room_text(intro, True),
+                               [], "You are in the middle of a room.", [], 0, cfg)
+        prompts.append(encode_prompt(tok, message, 768)[0])
     engines = {"hf": HFEngine(path, tok)}
     try:
         from rollout import VLLMEngine
@@ -353,17 +365,20 @@ def bench_rollout(args):
             eng.load_weights(sd.items())
             ts.append(time.time() - t0)
         res[f"sync_{name}_ms"] = 1e3 * float(np.median(ts))
-        print(f"weight sync {name}: {1e3 * np.median(ts):.1f} ms (median of 5, {sum(v.numel() for v in sd.values())} params)")
+        print(f"weight sync {name}: {1e3 * np.median(ts):.1f} ms "
+              f"(median of 5, {sum(v.numel() for v in sd.values())} params)")
     pool = EnvPool(cfg.num_workers)
-    print("\nrollout wall time, cpu preset (8 tasks x R=8, constrained, compact prompt, max 20 steps), seconds:")
-    print(f"{'engine':8s} {'total':>7s} {'generation':>11s} {'environment':>12s} {'overhead':>9s} {'env steps':>10s}")
+    print("\nrollout wall time, cpu preset (8 tasks x R=8, constrained, compact prompt, "
+          "max 20 steps), seconds:")
+    print(f"{'engine':8s} {'total':>7s} {'generation':>11s} {'environment':>12s} {'overhead':>9s} "
+          f"{'env steps':>10s}")
     for name, eng in engines.items():
         groups = [group(ExpertSource(tasks), t, t["L"] // 2, 8) for t in tasks[:8]]
         out = rollout(eng, pool, tok, groups, cfg, seed=0)
         st = out["stats"]
         res[f"rollout_{name}"] = {k: st[k] for k in ("t_total", "t_gen", "t_env", "t_overhead", "env_steps")}
-        print(f"{name:8s} {st['t_total']:7.1f} {st['t_gen']:11.1f} {st['t_env']:12.1f} {st['t_overhead']:9.1f} "
-              f"{st['env_steps']:10d}")
+        print(f"{name:8s} {st['t_total']:7.1f} {st['t_gen']:11.1f} {st['t_env']:12.1f} "
+              f"{st['t_overhead']:9.1f} {st['env_steps']:10d}")
     pool.close()
     if args.json:
         json.dump(res, open(args.json, "w"), indent=1)
@@ -376,22 +391,25 @@ def bench_step(args):
     import subprocess
     import tempfile
     out = tempfile.mkdtemp(prefix="bench-step-")
-    cmd = [sys.executable, "train.py", "--preset", args.preset, "--steps", str(args.steps), "--eval_games", "-1",
-           "--ckpt_every", "0", "--out_dir", out] + args.extra
+    cmd = [sys.executable, "train.py", "--preset", args.preset, "--steps", str(args.steps),
+           "--eval_games", "-1", "--ckpt_every", "0", "--out_dir", out] + args.extra
     print("$ " + " ".join(cmd))
     r = subprocess.run(cmd, cwd=os.path.dirname(os.path.abspath(__file__)), capture_output=True, text=True,
                        env={**os.environ, "TQDM_DISABLE": "1"})
     if r.returncode != 0:
         sys.exit(r.stdout[-3000:] + r.stderr[-3000:])
-    recs = [json.loads(x) for x in open(os.path.join(out, "log.jsonl")) if '"eval"' not in x][1:]  # skip warm-up
-    keys = [("rollout: generation", "t_gen"), ("rollout: environment", "t_env"), ("train (fwd/bwd/opt)", "t_train"),
-            ("weight sync", "t_sync"), ("scheduler", "t_sched"), ("whole step", "t_step")]
+    # skip warm-up
+    recs = [json.loads(x) for x in open(os.path.join(out, "log.jsonl")) if '"eval"' not in x][1:]
+    keys = [("rollout: generation", "t_gen"), ("rollout: environment", "t_env"),
+            ("train (fwd/bwd/opt)", "t_train"), ("weight sync", "t_sync"), ("scheduler", "t_sched"),
+            ("whole step", "t_step")]
     print(f"steps 1..{args.steps - 1} of preset {args.preset} (step 0 is warm-up), seconds per step:")
     res = {}
     for label, k in keys:
         v = np.array([x[k] for x in recs])
         res[k] = float(v.mean())
-        print(f"  {label:24s} {v.mean():9.4f}  ({100 * v.mean() / np.mean([x['t_step'] for x in recs]):5.2f} %)")
+        print(f"  {label:24s} {v.mean():9.4f}  "
+              f"({100 * v.mean() / np.mean([x['t_step'] for x in recs]):5.2f} %)")
     print(f"  rollouts per step: {[x['rollouts'] for x in recs]} (|B|·R = {recs[0]['rollouts']})")
     if args.json:
         json.dump(res, open(args.json, "w"), indent=1)
@@ -399,9 +417,10 @@ def bench_step(args):
 # ============================================================================================
 # gpu: a one-shot check of the GPU path (bash gpu_check.sh; --cpu runs the same on the tiny model)
 # ============================================================================================
+# Qwen2.5-1.5B's shape, random weights: no download
 QWEN15 = dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
-              intermediate_size=8960, vocab_size=151936, max_position_embeddings=4096, tie_word_embeddings=True,
-              rope_theta=1e6, rms_norm_eps=1e-6)  # Qwen2.5-1.5B's shape, random weights: no download
+              intermediate_size=8960, vocab_size=151936, max_position_embeddings=4096,
+              tie_word_embeddings=True, rope_theta=1e6, rms_norm_eps=1e-6)
 
 
 def qwen15_like(out, tok_path):
@@ -409,7 +428,8 @@ def qwen15_like(out, tok_path):
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
     tok = AutoTokenizer.from_pretrained(tok_path)
-    cfg = Qwen2Config(bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, **QWEN15)
+    cfg = Qwen2Config(bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                      **QWEN15)
     torch.manual_seed(0)
     with torch.device("cuda"):
         m = Qwen2ForCausalLM(cfg)
@@ -421,9 +441,10 @@ def qwen15_like(out, tok_path):
 
 
 def bench_gpu(args):
-    """Engine construction, engine-vs-trainer log-probs, weight reload, sleep/wake, then train.py's paper preset
-    under torchrun (2 steps, resume 1, 1 step with --vllm_sleep; on a GPU also one step at one rank's real shape for
-    the peak memory, and with 2+ GPUs 2-rank DDP and FSDP2 runs). Prints one table; --json writes it."""
+    """Engine construction, engine-vs-trainer log-probs, weight reload, sleep/wake, then train.py's paper
+    preset under torchrun (2 steps, resume 1, 1 step with --vllm_sleep; on a GPU also one step at one
+    rank's real shape for the peak memory, and with 2+ GPUs 2-rank DDP and FSDP2 runs). Prints one table;
+    --json writes it."""
     import gc
     import subprocess
     import tempfile
@@ -444,7 +465,8 @@ def bench_gpu(args):
     except ImportError:
         have_vllm = False
     work = tempfile.mkdtemp(prefix="gpu-check-")
-    path = qwen15_like(os.path.join(work, "model"), tiny_path(cache_dir())) if cuda else tiny_path(cache_dir())
+    path = (qwen15_like(os.path.join(work, "model"), tiny_path(cache_dir())) if cuda
+            else tiny_path(cache_dir()))
     device, dt = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
     tok = AutoTokenizer.from_pretrained(path)
     rows, res = [], {"device": torch.cuda.get_device_name() if cuda else "cpu", "vllm": have_vllm}
@@ -460,7 +482,8 @@ def bench_gpu(args):
         kw = dict(seed=0, dtype="bfloat16" if cuda else "float32", max_model_len=1024, gpu_mem=0.3,
                   kv_gb=1.0 if cuda else 0.0)
         # constrained: its own process (one vllm.LLM per process), built and asked for one trie-masked reply
-        code = ("import sys, json; from transformers import AutoTokenizer; from rollout import VLLMEngine, choice_ids;"
+        code = ("import sys, json; from transformers import AutoTokenizer; "
+                "from rollout import VLLMEngine, choice_ids;"
                 "tok = AutoTokenizer.from_pretrained(sys.argv[1]); kw = json.loads(sys.argv[2]);"
                 "e = VLLMEngine(sys.argv[1], tok, constrained=True, **kw);"
                 "o = e.generate([tok.encode('hi')], 16, 1.0, 0, [choice_ids(tok, ['look', 'inventory'])])[0];"
@@ -469,15 +492,17 @@ def bench_gpu(args):
         p = subprocess.run([sys.executable, "-c", code, path, json.dumps(kw)], capture_output=True, text=True,
                            cwd=os.path.dirname(os.path.abspath(__file__)))
         reply = [x for x in p.stdout.splitlines() if x.startswith("REPLY")]
-        ok = p.returncode == 0 and reply and reply[0][7:-1] in ("<action>look</action>", "<action>inventory</action>")
-        row("engine (constrained)", "ok" if ok else f"FAILED (exit {p.returncode})", seconds=round(time.time() - t0, 1),
-            reply=reply[0][6:] if reply else (p.stdout + p.stderr)[-300:])
+        ok = (p.returncode == 0 and reply
+              and reply[0][7:-1] in ("<action>look</action>", "<action>inventory</action>"))
+        row("engine (constrained)", "ok" if ok else f"FAILED (exit {p.returncode})",
+            seconds=round(time.time() - t0, 1), reply=reply[0][6:] if reply else (p.stdout + p.stderr)[-300:])
         t0 = time.time()
         eng = VLLMEngine(path, tok, sleep=cuda, constrained=False, **kw)
         row("engine (default runner)", "ok", seconds=round(time.time() - t0, 1))
         policy = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
 
-        def score(outs, T):  # |engine log-prob - trainer log-prob| per sampled token (trainer: bf16 over fp32)
+        # |engine log-prob - trainer log-prob| per sampled token (trainer: bf16 over fp32)
+        def score(outs, T):
             rs = [{"prompt_ids": p, "response_ids": o["ids"]} for p, o in zip(prompts, outs)]
             with torch.no_grad(), autocast(device, dt):
                 lp, _ = response_logprobs(policy, rs, tok.pad_token_id, device, T)
@@ -490,7 +515,8 @@ def bench_gpu(args):
         # reload_weights follows a perturbed layer: before the reload the engine disagrees with the perturbed
         # trainer, after it agrees again
         with torch.no_grad():
-            policy.model.layers[0].mlp.down_proj.weight.add_(0.5 * torch.randn_like(policy.model.layers[0].mlp.down_proj.weight))
+            down_proj = policy.model.layers[0].mlp.down_proj.weight
+            down_proj.add_(0.5 * torch.randn_like(down_proj))
         before = score(eng.generate(prompts, 16, 0.0), 1.0).max().item()
         eng.load_weights(policy.state_dict().items())
         after = score(eng.generate(prompts, 16, 0.0), 1.0).max().item()
@@ -516,21 +542,24 @@ def bench_gpu(args):
             row(name, "skipped (vLLM not installed)")
     # train.py itself: the paper preset under torchrun, small batch, the check's model, built-in games
     L = max(t["L"] for t in load_tasks("train"))
-    common = ["--preset", "paper", "--model", path, "--games", "builtin", "--batch_tasks", "2", "--group_size", "2",
-              "--max_new_tokens", "32", "--max_prompt_tokens", "1024", "--max_steps", str(L + 4),
-              "--eval_games", "-1", "--train_panel", "0", "--ckpt_every", "0", "--num_workers", "2",
-              "--old_logprobs", "trainer", "--engine", "vllm" if have_vllm else "hf"]
+    common = ["--preset", "paper", "--model", path, "--games", "builtin", "--batch_tasks", "2",
+              "--group_size", "2", "--max_new_tokens", "32", "--max_prompt_tokens", "1024",
+              "--max_steps", str(L + 4), "--eval_games", "-1", "--train_panel", "0", "--ckpt_every", "0",
+              "--num_workers", "2", "--old_logprobs", "trainer", "--engine", "vllm" if have_vllm else "hf"]
     if cuda:
         common += ["--mem_cap_gb", "80"]  # the trainer's share as on an 80 GB card
     else:
         common += ["--dtype", "bfloat16"]  # the GPU precision path, as far as the CPU allows
-    runs = [("train 2 steps", ["--steps", "2"], "a", 1), ("resume +1 step", ["--steps", "3", "--resume", "auto"], "a", 1),
+    runs = [("train 2 steps", ["--steps", "2"], "a", 1),
+            ("resume +1 step", ["--steps", "3", "--resume", "auto"], "a", 1),
             ("1 step, --vllm_sleep 1", ["--steps", "1", "--vllm_sleep", "1"], "b", 1)]
-    if cuda:  # one rank's share of the 8-GPU job: 2 tasks x 8 rollouts, the presets' 4,096 + 512 token budgets and
-        # micro-batch, so peak_gb predicts the real job (the peak is set by a micro-batch and the engine's cache, not
-        # by the number of turns: 4 here, 20 in the job)
-        real = ["--batch_tasks", "2", "--group_size", "8", "--max_new_tokens", "512", "--max_prompt_tokens", "4096",
-                "--max_steps", "4", "--scheduler", "none", "--micro_batch", "8", "--steps", "1"]  # no hint: 4 policy turns
+    if cuda:
+        # one rank's share of the 8-GPU job: 2 tasks x 8 rollouts, the presets' 4,096 + 512 token budgets and
+        # micro-batch, so peak_gb predicts the real job (the peak is set by a micro-batch and the engine's
+        # cache, not by the number of turns: 4 here, 20 in the job)
+        real = ["--batch_tasks", "2", "--group_size", "8", "--max_new_tokens", "512",
+                "--max_prompt_tokens", "4096", "--max_steps", "4",
+                "--scheduler", "none", "--micro_batch", "8", "--steps", "1"]  # no hint: 4 policy turns
         runs.append(("1 step, one rank's real shape (peak memory)", real, "c", 1))
     if cuda and torch.cuda.device_count() >= 2:  # the cross-rank paths on real GPUs
         runs += [("2 ranks DDP, 2 steps", ["--steps", "2"], "d", 2),
@@ -539,18 +568,19 @@ def bench_gpu(args):
         rows.append({"phase": "2 ranks DDP / FSDP2", "status": "skipped (needs 2 GPUs)"})
     for name, extra, run, nproc in runs:
         out = os.path.join(work, run)
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "train.py",
-               *common, "--out_dir", out, *extra]
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               "train.py", *common, "--out_dir", out, *extra]
         t0 = time.time()
-        p = subprocess.run(cmd, cwd=os.path.dirname(os.path.abspath(__file__)), capture_output=True, text=True,
-                           env={**os.environ, "TQDM_DISABLE": "1"})
+        p = subprocess.run(cmd, cwd=os.path.dirname(os.path.abspath(__file__)), capture_output=True,
+                           text=True, env={**os.environ, "TQDM_DISABLE": "1"})
         if p.returncode != 0:
             row(name, f"FAILED (exit {p.returncode})", tail=(p.stdout + p.stderr)[-600:])
             continue
         rec = [json.loads(x) for x in open(os.path.join(out, "log.jsonl")) if '"eval"' not in x][-1]
         row(name, "ok", seconds=round(time.time() - t0, 1), step=rec["step"],
-            peak_gb=round(rec["mem_peak_gb"], 2) if rec["mem_peak_gb"] else "-", sync_err=f"{rec['sync_err']:.1e}",
-            ratio_dev=rec["ratio_dev"], clipfrac=rec["clipfrac"], update_rel=f"{rec['update_rel']:.2e}",
+            peak_gb=round(rec["mem_peak_gb"], 2) if rec["mem_peak_gb"] else "-",
+            sync_err=f"{rec['sync_err']:.1e}", ratio_dev=rec["ratio_dev"], clipfrac=rec["clipfrac"],
+            update_rel=f"{rec['update_rel']:.2e}",
             lp_diff_max=f"{rec['lp_diff_max']:.1e}", reply_tokens=rec["tokens"],
             t_gen=round(rec["t_gen"], 1), t_train=round(rec["t_train"], 1), t_sync=round(rec["t_sync"], 2))
     res["rows"] = rows
@@ -572,10 +602,12 @@ def main():
     ap.add_argument("--cpu", action="store_true", help="gpu: the same checks on the tiny model, on the CPU")
     ap.add_argument("--json", default="", help="also write the numbers here")
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--only", default="", help="sched: only these registered schedulers (comma-separated) beside "
+    ap.add_argument("--only", default="",
+                    help="sched: only these registered schedulers (comma-separated) beside "
                     "Agent-G² (paper); further --<config flag> <value> pairs apply to them")
     ap.add_argument("--population", default="alfworld", choices=list(POPULATIONS),
-                    help="sched: the simulated tasks (bimodal: each length group splits into an easy and a hard half)")
+                    help="sched: the simulated tasks (bimodal: each length group splits into an easy "
+                    "and a hard half)")
     ap.add_argument("--preset", default="cpu", help="step: the preset to time")
     ap.add_argument("--steps", type=int, default=4, help="step: training steps to run (the first is warm-up)")
     a, extra = ap.parse_known_args()

@@ -1,9 +1,12 @@
-"""Checkpoints of train.py: one Hugging Face directory per checkpoint, written atomically, read back on resume.
+"""Checkpoints of train.py: one Hugging Face directory per checkpoint, written atomically,
+read back on resume.
 
     out_dir/ckpt_000020/   config.json, generation_config.json, model.safetensors, tokenizer files
                            (a plain HF checkpoint: loads in transformers and vLLM)
-                           trainer.pt   {"opt": optimizer state, "rng": [per-rank python/numpy/torch RNG states]}
-                           state.json   {"step", "reason", "sched", "redraws", "wall_s" (seconds so far, over every resumed process)}
+                           trainer.pt   {"opt": optimizer state,
+                                         "rng": [per-rank python/numpy/torch RNG states]}
+                           state.json   {"step", "reason", "sched", "redraws",
+                                         "wall_s" (seconds so far, over every resumed process)}
                            config.json.run (the run's full flag set), COMPLETE (written last)
 
     python train.py --resume auto            # the newest complete checkpoint in --out_dir
@@ -50,14 +53,16 @@ def save(out_dir, step, policy, tok, weights, trainer, state, cfg, keep):
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     others = [d for d in complete(out_dir) if d != final]  # the one just written is never pruned
-    for d in others[:max(0, len(others) - (keep - 1))] if keep > 0 else []:  # without COMPLETE: not ours, kept
+    # without COMPLETE: not ours, kept
+    for d in others[:max(0, len(others) - (keep - 1))] if keep > 0 else []:
         shutil.rmtree(d, ignore_errors=True)
     return final
 
 
 def complete(d):
     """The complete checkpoints under d, oldest first. A crash mid-save leaves a ckpt_*.tmp, never listed."""
-    return [os.path.join(d, x) for x in sorted(os.listdir(d)) if x.startswith("ckpt_") and not x.endswith(".tmp")
+    return [os.path.join(d, x) for x in sorted(os.listdir(d))
+            if x.startswith("ckpt_") and not x.endswith(".tmp")
             and os.path.exists(os.path.join(d, x, "COMPLETE"))] if os.path.isdir(d) else []
 
 
@@ -68,37 +73,43 @@ def latest(d):
 
 
 def trim_log(path, step, final=False):
-    """On resume at `step`: drop what a crashed process logged past its last checkpoint, so no step is logged twice.
-    Kept, verbatim: training records of steps < step, and the eval at `step`, which precedes its checkpoint unless
-    that checkpoint is the run's last (final=True: train.py evaluates after it, and will again)."""
+    """On resume at `step`: drop what a crashed process logged past its last checkpoint, so no step is
+    logged twice. Kept, verbatim: training records of steps < step, and the eval at `step`, which precedes
+    its checkpoint unless that checkpoint is the run's last (final=True: train.py evaluates after it, and
+    will again)."""
     if not os.path.exists(path):
         return
     lines = [x for x in open(path) if x.strip()]
     recs = [json.loads(x) for x in lines]
-    keep = [x for x, r in zip(lines, recs) if r["step"] < step or ("eval" in r and r["step"] == step and not final)]
+    keep = [x for x, r in zip(lines, recs)
+            if r["step"] < step or ("eval" in r and r["step"] == step and not final)]
     with open(path, "w") as f:
         f.writelines(keep)
 
 
 # bookkeeping a resumed run may change without changing what it trains: never reported by changed_flags
-RESUME_FREE = {"argv", "git_commit", "resume", "overwrite", "steps", "num_workers", "ckpt_every", "keep_ckpts",
-               "wandb", "vllm_log", "cache_dir"}
+RESUME_FREE = {"argv", "git_commit", "resume", "overwrite", "steps", "num_workers", "ckpt_every",
+               "keep_ckpts", "wandb", "vllm_log", "cache_dir"}
 
 
 def changed_flags(path, cfg):
-    """The flags whose value differs from the ones checkpoint `path` was trained with: ["lr: 0.0001 -> 0.0005", ...].
-    A resumed run with other flags trains a different experiment from its checkpoint on; train.py warns."""
+    """The flags whose value differs from the ones checkpoint `path` was trained with:
+    ["lr: 0.0001 -> 0.0005", ...]. A resumed run with other flags trains a different experiment from its
+    checkpoint on; train.py warns."""
     f = os.path.join(path, "config.json.run")
     if not os.path.exists(f):
         return []
-    old, new = json.load(open(f)), json.loads(json.dumps(dataclasses.asdict(cfg)))  # tuples -> lists, as dumped
-    return [f"{k}: {old[k]!r} -> {new[k]!r}" for k in sorted(set(old) & set(new) - RESUME_FREE) if old[k] != new[k]]
+    # tuples -> lists, as dumped
+    old, new = json.load(open(f)), json.loads(json.dumps(dataclasses.asdict(cfg)))
+    return [f"{k}: {old[k]!r} -> {new[k]!r}"
+            for k in sorted(set(old) & set(new) - RESUME_FREE) if old[k] != new[k]]
 
 
 def load(resume, out_dir, tie_word_embeddings, weights=True):
-    """--resume auto|DIR -> (path, weights, trainer, state); exits with a one-line error when none is complete.
-    weights=False (FSDP ranks > 0, which receive rank 0's copy by broadcast): weights {} and trainer["opt"] {}.
-    trainer.pt is memory-mapped, so a rank reads only what it touches (its RNG state, not the optimizer's)."""
+    """--resume auto|DIR -> (path, weights, trainer, state); exits with a one-line error when none is
+    complete. weights=False (FSDP ranks > 0, which receive rank 0's copy by broadcast): weights {} and
+    trainer["opt"] {}. trainer.pt is memory-mapped, so a rank reads only what it touches (its RNG state, not
+    the optimizer's)."""
     path = latest(out_dir) if resume == "auto" else resume
     if path is None or not os.path.exists(os.path.join(path, "COMPLETE")):
         sys.exit(f"error: --resume {resume}: no complete checkpoint found")

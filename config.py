@@ -66,72 +66,85 @@ class Config:
     dtype: str = F("auto", "auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16")
     wandb: bool = F(False, "also log to wandb (optional dependency)")
     resume: str = F("", "resume from this checkpoint directory (or 'auto': latest in out_dir)")
-    cache_dir: str = F("", "cache for the tiny model and generated games (default ~/.cache/agent_g2 or $AGENT_G2_CACHE)")
+    cache_dir: str = F("", "cache for the tiny model and generated games "
+                           "(default ~/.cache/agent_g2 or $AGENT_G2_CACHE)")
     # ---- model / engine ----
     model: str = F("tiny", "hub id or local HF path; 'tiny' builds the offline tiny model in cache_dir")
     engine: str = F("auto", "rollout engine: vllm | hf | auto (vllm when it imports)")
     vllm_mem: float = F(0.5, "vLLM gpu_memory_utilization (GPU only): the share of the card it may use")
-    vllm_kv_gb: float = F(0.0, "vLLM KV cache in GiB (GPU): 0 = computed from the model for the sequences a rank "
-                          "plays at once (rollout.kv_cache_gb); > 0: that size; < 0: vLLM's own, from vllm_mem")
-    vllm_log: str = F("quiet", "quiet: hide vLLM start-up notices that need no action (CPU build: tcmalloc, thread "
-                      "binding, Triton; rollout.VLLM_NOISE) | all: every vLLM message")
+    vllm_kv_gb: float = F(0.0, "vLLM KV cache in GiB (GPU): 0 = computed from the model for the sequences "
+                          "a rank plays at once (rollout.kv_cache_gb); > 0: that size; "
+                          "< 0: vLLM's own, from vllm_mem")
+    vllm_log: str = F("quiet", "quiet: hide vLLM start-up notices that need no action (CPU build: "
+                      "tcmalloc, thread binding, Triton; rollout.VLLM_NOISE) | all: every vLLM message")
     vllm_sleep: bool = F(False, "put vLLM to sleep during the update to free GPU memory")
-    mem_cap_gb: float = F(0.0, "GPU: cap this process's PyTorch allocations at N GiB (emulate a smaller card); 0 = off")
+    mem_cap_gb: float = F(0.0, "GPU: cap this process's PyTorch allocations at N GiB "
+                          "(emulate a smaller card); 0 = off")
     grad_ckpt: bool = F(False, "gradient checkpointing in the policy")
     parallel: str = F("ddp", "ddp | fsdp (FSDP2 fully_shard; needed for 7B on 80 GB cards)")
     # ---- environment / prompt ----
     env: str = F("alfworld", "alfworld | webshop (same pool, rollout loop, scheduler and evaluation)")
-    games: str = F("builtin", "ALFWorld: builtin (generated offline, shipped) | official ($ALFWORLD_DATA/json_2.1.1)")
-    webshop_backend: str = F("lite", "WebShop: lite (this repo's offline site, labelled webshop-lite) | official "
-                             "($WEBSHOP_PATH checkout; `python envs.py webshop-doctor`)")
+    games: str = F("builtin", "ALFWorld: builtin (generated offline, shipped) | "
+                   "official ($ALFWORLD_DATA/json_2.1.1)")
+    webshop_backend: str = F("lite", "WebShop: lite (this repo's offline site, labelled webshop-lite) | "
+                             "official ($WEBSHOP_PATH checkout; `python envs.py webshop-doctor`)")
     webshop_products: int = F(1000, "WebShop-lite: products in the generated catalogue")
     webshop_seed: int = F(0, "WebShop-lite: catalogue and goal seed (fixed across run seeds)")
-    webshop_split: str = F("paper", "WebShop goal split: paper (test 0-499, eval 500-1499, train 1500+) | authors "
-                           "(released code: train 500+, validate on the first 500 goals, duplicates removed)")
-    webshop_setting: str = F("authors", "WebShop, official backend: authors (their 1,000-product files, synthetic goals) "
-                             "| human (the full catalogue, human goals); lite's generated goals are synthetic")
-    hint_source: str = F("expert", "where the prefixes come from (hints.py): expert (the expert trajectories) | self "
-                         "(and, for a task without one, the shortest win the policy played) | mixed (each task's "
-                         "shortest of the two)")
-    drop_walkthroughs: float = F(0.0, "treat this fixed, seeded share of the training tasks as having no expert "
-                                 "trajectory (an experiment on hint-less tasks; 0 = none)")
-    expert_data: str = F("", "expert trajectories in the authors' JSON ({\"trajectories\": [{\"id\", \"actions\", \"think\"}]}): "
-                         "the hints and their thinks; a task without an entry keeps its walkthrough (hints.py)")
+    webshop_split: str = F("paper", "WebShop goal split: paper (test 0-499, eval 500-1499, train 1500+) | "
+                           "authors (released code: train 500+, validate on the first 500 goals, "
+                           "duplicates removed)")
+    webshop_setting: str = F("authors", "WebShop, official backend: authors (their 1,000-product files, "
+                             "synthetic goals) | human (the full catalogue, human goals); "
+                             "lite's generated goals are synthetic")
+    hint_source: str = F("expert", "where the prefixes come from (hints.py): "
+                         "expert (the expert trajectories) | self (and, for a task without one, "
+                         "the shortest win the policy played) | mixed (each task's shortest of the two)")
+    drop_walkthroughs: float = F(0.0, "treat this fixed, seeded share of the training tasks as having no "
+                                 "expert trajectory (an experiment on hint-less tasks; 0 = none)")
+    expert_data: str = F("", "expert trajectories in the authors' JSON "
+                             "({\"trajectories\": [{\"id\", \"actions\", \"think\"}]}): the hints and their "
+                             "thinks; a task without an entry keeps its walkthrough (hints.py)")
     train_split: str = F("train", "split used for training tasks (WebShop: train = goals 1500+)")
-    eval_split: str = F("valid_unseen", "split(s) for hint-free validation, comma-separated (one: logged as 'val'; "
-                        "several: each under its own name). WebShop: eval = goals 500-1499; test 0-499")
-    eval_protocol: str = F("panel", "panel (every game of each split once, greedy + sampled, every --eval_every) | "
-                           "authors (their draw: --authors_episodes workers, each its own seeded stream of the first "
-                           "split's games, sampled, every --authors_every) | both")
-    authors_every: int = F(5, "the authors' protocol: every this many steps (their test_freq), and before training")
+    eval_split: str = F("valid_unseen", "split(s) for hint-free validation, comma-separated "
+                        "(one: logged as 'val'; several: each under its own name). "
+                        "WebShop: eval = goals 500-1499; test 0-499")
+    eval_protocol: str = F("panel", "panel (every game of each split once, greedy + sampled, "
+                           "every --eval_every) | authors (their draw: --authors_episodes workers, "
+                           "each its own seeded stream of the first split's games, sampled, "
+                           "every --authors_every) | both")
+    authors_every: int = F(5, "the authors' protocol: every this many steps (their test_freq), "
+                           "and before training")
     authors_episodes: int = F(128, "the authors' protocol: episodes per evaluation, one per seeded worker "
                               "(their val_data_size)")
     eval_temperature: float = F(1.0, "temperature of the sampled evaluations (the authors': 0.4)")
-    task_types: str = F("", "comma list of ALFWorld task types to keep (empty: all six; WebShop uses every category)")
+    task_types: str = F("", "comma list of ALFWorld task types to keep "
+                            "(empty: all six; WebShop uses every category)")
     train_games: int = F(0, "train on a fixed seeded subset of N games of the split (0 = all)")
     max_steps: int = F(50, "episode step budget; expert-prefix steps count against it")
     history_length: int = F(2, "(observation, action) pairs shown in the prompt")
     prompt: str = F("full", "full (<think> + <action>) | compact (action tag only, short obs, past actions)")
-    max_prompt_tokens: int = F(2048, "prompt budget; a longer prompt drops its oldest history first, keeping the task "
-                               "and the current observation")
+    max_prompt_tokens: int = F(2048, "prompt budget; a longer prompt drops its oldest history first, "
+                               "keeping the task and the current observation")
     max_new_tokens: int = F(256, "reply budget per step; a reply that hits it is invalid")
-    reward_scale: float = F(1.0, "reward = reward_scale * won - invalid_penalty * invalid steps (released code: 10)")
+    reward_scale: float = F(1.0, "reward = reward_scale * won - invalid_penalty * invalid steps "
+                            "(released code: 10)")
     invalid_penalty: float = F(0.0, "reward penalty per invalid step (released code: 0.1)")
     constrained: bool = F(False, "constrain decoding to the admissible commands (CPU demo lever)")
     parse_lower: bool = F(False, "lower-case a reply before reading its action (the authors' projection)")
-    parse_think: bool = F(False, "a reply without <think>...</think>, or with a CJK character, is played but counted "
-                          "invalid (penalised; the authors' projection)")
+    parse_think: bool = F(False, "a reply without <think>...</think>, or with a CJK character, is played "
+                          "but counted invalid (penalised; the authors' projection)")
     num_workers: int = F(2, "environment worker processes")
-    fork_prefix: bool = F(True, "ALFWorld: the R rollouts of a group share one replay of the expert prefix (the env "
-                          "worker forks after it) instead of R replays: the same episodes, less env time")
+    fork_prefix: bool = F(True, "ALFWorld: the R rollouts of a group share one replay of the expert prefix "
+                          "(the env worker forks after it) instead of R replays: "
+                          "the same episodes, less env time")
     temperature: float = F(1.0, "rollout sampling temperature")
     # ---- scheduler (docs/method.md §2, §3, §4) ----
     scheduler: str = F("g2", " | ".join(f"{k} ({r.help})" for k, r in RULES.items()))
     fixed_ratio: float = F(0.5, "ratio for --scheduler fixed")
     step_every: int = F(50, "step decay: one expert action fewer every this many steps")
     K: int = F(3, "number of task clusters")
-    cluster_mode: str = F("quantile", "quantile (paper) | balanced (released) | random | online | webshop_3 (the "
-                          "authors' WebShop groups: L <= 4 | 5 | >= 6)")
+    cluster_mode: str = F("quantile", "quantile (paper) | balanced (released) | random | online | "
+                          "webshop_3 (the authors' WebShop groups: L <= 4 | 5 | >= 6)")
     recluster_every: int = F(20, "online clusters: re-cluster every this many steps")
     mu0: float = F(0.8, "initial mu_global")
     Delta: float = F(0.1, "mu_global step size")
@@ -167,18 +180,21 @@ class Config:
     grad_clip: float = F(1.0, "gradient-norm clip")
     clip_eps: float = F(0.2, "PPO/GRPO ratio clip epsilon")
     dual_clip: float = F(0.0, "dual clip c > 1 for negative advantages (verl's clip_ratio_c, 3.0); 0 = off")
-    old_logprobs: str = F("auto", "pi_old from the trainer (before the batch's first step) | the engine | auto "
-                          "(trainer on CUDA, engine on CPU)")
-    tis_cap: float = F(0.0, "beyond the paper: truncated importance weight min(pi_old / pi_engine, C) on the pg term "
-                       "(needs trainer old log-probs); 0 = off")
+    old_logprobs: str = F("auto", "pi_old from the trainer (before the batch's first step) | the engine | "
+                          "auto (trainer on CUDA, engine on CPU)")
+    tis_cap: float = F(0.0, "beyond the paper: truncated importance weight min(pi_old / pi_engine, C) "
+                       "on the pg term (needs trainer old log-probs); 0 = off")
     kl_coef: float = F(0.01, "beta: k3 KL to the reference model (0 skips the reference)")
     eta: float = F(0.5, "weight of the teacher-forced aux loss on the prefix rows (0 = no L_aux)")
-    aux_agg: str = F("token-mean", "L_aux over the prefix rows: token-mean (every expert token alike) | prefix-mean "
-                     "(each row's token mean, weight 1/n in its n-step prefix: the authors' prefix SFT)")
+    aux_agg: str = F("token-mean", "L_aux over the prefix rows: token-mean (every expert token alike) | "
+                     "prefix-mean (each row's token mean, weight 1/n in its n-step prefix: "
+                     "the authors' prefix SFT)")
     adv_level: str = F("traj", "group-normalise advantages over trajectories (paper) or step rows (released)")
-    loss_agg: str = F("token-mean", "token-mean | seq-mean-token-sum | seq-mean-token-mean | episode (grpo.py)")
+    loss_agg: str = F("token-mean", "token-mean | seq-mean-token-sum | seq-mean-token-mean | "
+                      "episode (grpo.py)")
     micro_batch: int = F(16, "rows per forward/backward micro-batch")
-    ppo_mini_batch: int = F(0, "step rows (global) per optimizer step; a batch takes several in order (0 = one step)")
+    ppo_mini_batch: int = F(0, "step rows (global) per optimizer step; a batch takes several in order "
+                            "(0 = one step)")
     entropy_coef: float = F(0.0, "entropy bonus on the policy's tokens (verl's entropy_coeff)")
     max_bad_steps: int = F(3, "stop after this many non-finite losses in a row")
     # ---- evaluation / logging / checkpoints ----
@@ -194,7 +210,8 @@ class Config:
 _clash = sorted(set(KNOBS) & set(Config.__dataclass_fields__))
 if _clash:
     raise ValueError(f"scheduler knobs {_clash} clash with config fields of the same name: rename them")
-Config = dataclasses.make_dataclass("Config", [(k, type(d), F(d, h)) for k, (d, h) in KNOBS.items()], bases=(Config,))
+Config = dataclasses.make_dataclass("Config", [(k, type(d), F(d, h)) for k, (d, h) in KNOBS.items()],
+                                    bases=(Config,))
 Config.__module__ = __name__  # make_dataclass says "types" before Python 3.12: pickle must find config.Config
 KNOBS_TAKEN[0] = True  # a rule registered from now on cannot add a field: scheduler.register says so
 
@@ -233,8 +250,10 @@ METHODS = {
     "sft_prefix": ("sft", "--mode sft_prefix"),
     **{f"ws_{n}": ("webshop", f) for n, f in [("g2", "--scheduler g2"), ("grpo", "--scheduler none"),
                                               ("fixed", "--scheduler fixed --fixed_ratio 0.5"),
-                                              ("linear", "--scheduler linear"), ("cosine", "--scheduler cosine"),
-                                              ("step", "--scheduler step"), ("target_acc", "--scheduler target_acc"),
+                                              ("linear", "--scheduler linear"),
+                                              ("cosine", "--scheduler cosine"),
+                                              ("step", "--scheduler step"),
+                                              ("target_acc", "--scheduler target_acc"),
                                               ("binary", "--scheduler binary --max_probes 2"),
                                               ("enum", "--scheduler enum")]},
     "ws_released": ("released", "--preset released_webshop"),
@@ -251,14 +270,20 @@ METHODS = {
 }
 # the rollout-budget sweep of the paper's Figure 2b (bench.py sched, eval.py diagnose): probes against
 # Agent-G²
-BUDGET = {"binary M=1": "--scheduler binary --max_probes 1", "binary M=2": "--scheduler binary --max_probes 2",
-          "binary M=3": "--scheduler binary --max_probes 3", "binary M=4": "--scheduler binary --max_probes 4",
-          "enum grid 0.5": "--scheduler enum --enum_grid 0.5", "enum grid 0.25": "--scheduler enum --enum_grid 0.25",
-          "enum every depth": "--scheduler enum", "Agent-G2": "", "Agent-G2 + hybrid": "--hybrid_probe 1"}
+BUDGET = {"binary M=1": "--scheduler binary --max_probes 1",
+          "binary M=2": "--scheduler binary --max_probes 2",
+          "binary M=3": "--scheduler binary --max_probes 3",
+          "binary M=4": "--scheduler binary --max_probes 4",
+          "enum grid 0.5": "--scheduler enum --enum_grid 0.5",
+          "enum grid 0.25": "--scheduler enum --enum_grid 0.25",
+          "enum every depth": "--scheduler enum",
+          "Agent-G2": "",
+          "Agent-G2 + hybrid": "--hybrid_probe 1"}
 
 
 def flag_values(flags):
-    """'--lam 0.3 --K 5' -> {"lam": 0.3, "K": 5}: a method's flags as config values (a --preset is left out)."""
+    """'--lam 0.3 --K 5' -> {"lam": 0.3, "K": 5}: a method's flags as config values
+    (a --preset is left out)."""
     args = vars(parser().parse_args(flags.split()))
     return {k: v for k, v in args.items() if v is not None and k != "preset"}
 
@@ -355,14 +380,15 @@ def validate(cfg):
     if cfg.group_size < 1 or cfg.batch_tasks < 1 or cfg.steps < 1:
         raise ValueError("--group_size, --batch_tasks and --steps must be >= 1")
     if cfg.group_size < 2 and cfg.mode == "grpo":
-        raise ValueError(f"--group_size {cfg.group_size}: GRPO needs at least 2 rollouts per task (with one, every "
-                         "group-normalised advantage is 0 and nothing trains)")
+        raise ValueError(f"--group_size {cfg.group_size}: GRPO needs at least 2 rollouts per task "
+                         "(with one, every group-normalised advantage is 0 and nothing trains)")
     if cfg.K < 1:
         raise ValueError("--K must be >= 1")
     if not 0 <= cfg.fixed_ratio <= 1 or not 0 <= cfg.mu0 <= 1 or not 0 < cfg.cap <= 1:
         raise ValueError("--fixed_ratio, --mu0 must lie in [0, 1] and --cap in (0, 1]")
     if cfg.tis_cap < 0 or (cfg.tis_cap > 0 and cfg.old_logprobs == "engine"):
-        raise ValueError("--tis_cap needs the trainer's old log-probs (--old_logprobs trainer or auto) and C >= 0")
+        raise ValueError("--tis_cap needs the trainer's old log-probs (--old_logprobs trainer or auto) "
+                         "and C >= 0")
     if cfg.dual_clip != 0 and cfg.dual_clip <= 1:
         raise ValueError("--dual_clip must be > 1 (or 0 = off)")
     if cfg.ppo_mini_batch < 0 or cfg.entropy_coef < 0:
@@ -376,7 +402,8 @@ def validate(cfg):
     if cfg.cluster_mode == "webshop_3" and cfg.K != 3:
         raise ValueError(f"--cluster_mode webshop_3 has 3 clusters; got --K {cfg.K}")
     if cfg.env == "webshop" and cfg.webshop_backend == "lite" and cfg.webshop_setting != "authors":
-        raise ValueError("--webshop_setting human needs --webshop_backend official (lite's goals are synthetic)")
+        raise ValueError("--webshop_setting human needs --webshop_backend official "
+                         "(lite's goals are synthetic)")
     return cfg
 
 
@@ -422,15 +449,17 @@ def get_config(argv=None, description="", extra=None, base=None):
     for rule in RULES.values():  # a rule's own flag under another rule does nothing: say so, once
         for knob, (default, _) in rule.knobs.items():
             if rule.name != cfg.scheduler and getattr(cfg, knob) != default:
-                print(f"warning: --{knob} belongs to --scheduler {rule.name}; under --scheduler {cfg.scheduler} it does "
-                      "nothing", file=sys.stderr)
+                print(f"warning: --{knob} belongs to --scheduler {rule.name}; "
+                      f"under --scheduler {cfg.scheduler} it does nothing", file=sys.stderr)
     if extra:
-        return cfg, argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in known and k != "preset"})
+        return cfg, argparse.Namespace(**{k: v for k, v in vars(args).items()
+                                          if k not in known and k != "preset"})
     return cfg
 
 
 def print_methods():
-    """`python config.py methods`: one line per method, name <tab> group <tab> flags (run_all.sh reads them)."""
+    """`python config.py methods`: one line per method, name <tab> group <tab> flags
+    (run_all.sh reads them)."""
     for name, (group, flags) in METHODS.items():
         print(f"{name}\t{group}\t{flags}")
 
@@ -465,14 +494,16 @@ def cache_dir(cfg=None):
 
 
 def official_root():
-    """$ALFWORLD_DATA/json_2.1.1, the official games (alfworld-download), or a one-paragraph FileNotFoundError."""
+    """$ALFWORLD_DATA/json_2.1.1, the official games (alfworld-download), or a
+    one-paragraph FileNotFoundError."""
     data = os.environ.get("ALFWORLD_DATA", "")
     root = os.path.join(data, "json_2.1.1")
     if not data or not os.path.isdir(root):
         raise FileNotFoundError(
-            f"official ALFWorld data not found at $ALFWORLD_DATA/json_2.1.1 ({root if data else 'ALFWORLD_DATA is unset'}). "
-            "Either download it on a machine with internet (`pip install alfworld && alfworld-download`, then "
-            "export ALFWORLD_DATA=<that dir>), or use the built-in generated games (--games builtin).")
+            "official ALFWorld data not found at $ALFWORLD_DATA/json_2.1.1 "
+            f"({root if data else 'ALFWORLD_DATA is unset'}). "
+            "Either download it on a machine with internet (`pip install alfworld && alfworld-download`, "
+            "then export ALFWORLD_DATA=<that dir>), or use the built-in generated games (--games builtin).")
     return root
 
 

@@ -1,5 +1,5 @@
-"""The paper's diagnostic protocol (method §6, `python eval.py diagnose`): for a checkpoint, success p_i(d) of
-each sampled task at every depth of a grid, d*_i, the aligned information profile p(1 - p) against d - d*_i
+"""The paper's diagnostic protocol (method §6, `python eval.py diagnose`): for a checkpoint, success p_i(d)
+of each sampled task at every depth of a grid, d*_i, the aligned information profile p(1 - p) against d - d*_i
 with its Gaussian fit, and a replay of every scheduler on the measured curves (where each puts its groups, at
 what cost).
 
@@ -176,7 +176,8 @@ def diagnose(engine, pool, tok, tasks, train_tasks, cfg, args, ckpt):
     st = json.load(open(st_path)) if os.path.exists(st_path) else {}
     step = st.get("step", 0)
     state = st.get("state", {}).get("sched")  # the run's scheduler at this checkpoint
-    rules = scheduler_methods() + ([("Agent-G2 (checkpoint state)", {})] if state and is_g2(cfg.scheduler) else [])
+    rules = scheduler_methods() + ([("Agent-G2 (checkpoint state)", {})]
+                                   if state and is_g2(cfg.scheduler) else [])
     rep = replay(curves, cfg, train_tasks, rules, step, state, args.draws, cfg.seed)
     budget = replay(curves, cfg, train_tasks, [(k, flag_values(v)) for k, v in BUDGET.items()], step, None,
                     args.draws, cfg.seed)
@@ -191,7 +192,8 @@ def diagnose(engine, pool, tok, tasks, train_tasks, cfg, args, ckpt):
           f"{np.mean(list(res['d_star'].values())):.3f}   (paper: sigma 0.22, R2 0.92)")
     print(f"{'scheduler':30s} {'under %':>8s} {'in %':>8s} {'over %':>8s} {'rollouts/R':>11s}")
     for k, v in {**rep, **{"budget: " + k: v for k, v in budget.items()}}.items():
-        print(f"{k:30s} {100 * v['under']:8.1f} {100 * v['in']:8.1f} {100 * v['over']:8.1f} {v['rollouts_per_R']:11.2f}")
+        print(f"{k:30s} {100 * v['under']:8.1f} {100 * v['in']:8.1f} {100 * v['over']:8.1f} "
+              f"{v['rollouts_per_R']:11.2f}")
     print(f"(JSON and fig2a/fig2b/fig3a/fig3b PNGs in {args.out})")
     return res
 
@@ -205,6 +207,7 @@ def dstar_over_steps(results, path):
     steps = [r["step"] for r in results]
     ax.boxplot([list(r["d_star"].values()) for r in results], positions=steps,
                widths=max(1, (max(steps) - min(steps)) / 10 if len(steps) > 1 else 1))
-    ax.set(xlabel="training step", ylabel="d*_i (depth where p is closest to 0.5)", title="d* across training")
+    ax.set(xlabel="training step", ylabel="d*_i (depth where p is closest to 0.5)",
+           title="d* across training")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

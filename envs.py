@@ -1,20 +1,21 @@
 """The runtime environments behind one episode interface, and the pool of worker processes that plays them.
 
-    python envs.py stats [--games builtin|official|webshop-lite]        # split sizes + expert lengths
-    python envs.py webshop-doctor [--setting authors|human]             # what an official WebShop setup lacks
-    python envs.py make-games ... | make-builtin                        # ALFWorld game generation (gamegen.py)
+    python envs.py stats [--games builtin|official|webshop-lite]    # split sizes + expert lengths
+    python envs.py webshop-doctor [--setting authors|human]         # what an official WebShop setup lacks
+    python envs.py make-games ... | make-builtin                    # ALFWorld game generation (gamegen.py)
 
 The episode interface: `env.reset(game, prefix) -> episode dict` (obs, admissible, won, history, prefix_steps,
-task, room) and `env.step(ep, action) -> valid` (any string; an invalid one leaves the state unchanged). `AlfEnv`
-(here) and `webshop.WebShopEnv` implement it, so the pool, the rollout loop, the scheduler and eval.py never
-branch on the environment; `--env alfworld|webshop` picks one (make_env, env_spec, tasks_for).
+task, room) and `env.step(ep, action) -> valid` (any string; an invalid one leaves the state unchanged).
+`AlfEnv` (here) and `webshop.WebShopEnv` implement it, so the pool, the rollout loop, the scheduler and
+eval.py never branch on the environment; `--env alfworld|webshop` picks one (make_env, env_spec, tasks_for).
 
 ALFWorld: the real engine (alfworld + TextWorld's PDDL engine) on generated or official games (gamegen.py
 loads both). Engine facts this file works around (each in one small function):
 - every PddlEnv dlopens its own 34 MB copy of libdownward and never frees it: envs are created once per
   worker and reused (`AlfEnv`);
-- the engine's state lives inside that C library (it has get_state but no set_state), so a prefix shared by
-  R rollouts cannot be cloned; instead the PDDL translation, which dominates reset, is cached (`_cache_pddl2sas`);
+- the engine's state lives inside that C library (it has get_state but no set_state), so a prefix
+  shared by R rollouts cannot be cloned; instead the PDDL translation, which dominates reset, is
+  cached (`_cache_pddl2sas`);
 - fast_downward.pddl2sas overwrites sys.argv; the expert only recognises 'put' (`gamegen.patch_expert`).
 """
 import argparse
@@ -40,8 +41,8 @@ from webshop_doctor import webshop_doctor
 # One engine object, reused across games and episodes.
 # ---------------------------------------------------------------------------------------------
 def _cache_pddl2sas():
-    """Reset re-translates the PDDL (twice) every time: ~90% of its cost. The translation is a pure function of
-    (domain, problem, optimize), so cache it per process. Also stops it clobbering sys.argv."""
+    """Reset re-translates the PDDL (twice) every time: ~90% of its cost. The translation is a pure function
+    of (domain, problem, optimize), so cache it per process. Also stops it clobbering sys.argv."""
     import fast_downward
     if getattr(fast_downward.pddl2sas, "_g2_cache", False):
         return
@@ -63,8 +64,9 @@ def _cache_pddl2sas():
 
 
 def _cache_textgen_parse():
-    """TextWorld's grammar re-parses the same template strings with tatsu on every step (most of a step's cost).
-    The parse is a pure function of the text; derive() mutates the symbols' context, so each use gets a copy."""
+    """TextWorld's grammar re-parses the same template strings with tatsu on every step (most of a
+    step's cost). The parse is a pure function of the text; derive() mutates the symbols' context, so
+    each use gets a copy."""
     import copy
     import textworld.envs.pddl.textgen as tg
     from textworld.logic import Rule
@@ -84,10 +86,10 @@ def _cache_textgen_parse():
 
 def _shallow_textgen_context():
     """Once the parse is cached, ~80 % of a step is TextWorld's text generation deep-copying each derivation's
-    context (textworld/envs/pddl/textgen/__init__.py, copy_context: `variables` and `mapping`, thousands of times a
-    step). Their values are the shared EntityInfo objects and logic Variables that derivations only read; query()
-    only adds keys to its copy. Copying the two dicts one level deep gives the same text (a test plays episodes with
-    and without it and compares every observation)."""
+    context (textworld/envs/pddl/textgen/__init__.py, copy_context: `variables` and `mapping`, thousands of
+    times a step). Their values are the shared EntityInfo objects and logic Variables that derivations only
+    read; query() only adds keys to its copy. Copying the two dicts one level deep gives the same text (a test
+    plays episodes with and without it and compares every observation)."""
     import textworld.envs.pddl.textgen as tg
     if getattr(tg.copy_context, "_g2_shallow", False):
         return
@@ -174,7 +176,8 @@ def _worker_main(fd, spec_json):
 
 
 def make_env(spec):
-    """spec: {"env": "alfworld", "cache_translation"} or {"env": "webshop", "backend", "seed", "products", ...}."""
+    """spec: {"env": "alfworld", "cache_translation"} or
+    {"env": "webshop", "backend", "seed", "products", ...}."""
     if spec["env"] == "alfworld":
         return AlfEnv(spec.get("cache_translation", True))
     if spec["env"] == "webshop":
@@ -185,7 +188,8 @@ def make_env(spec):
 def _step_result(env, ep, action):
     valid = env.step(ep, action)
     return {"ok": True, "valid": valid, "obs": ep["obs"], "admissible": ep["admissible"], "won": ep["won"],
-            "score": ep.get("score", float(ep["won"])), "done": ep.get("done", ep["won"])}  # WebShop: a purchase ends
+            "score": ep.get("score", float(ep["won"])),
+            "done": ep.get("done", ep["won"])}  # WebShop: a purchase ends
 
 
 def _error(e):
@@ -193,9 +197,10 @@ def _error(e):
 
 
 def _fork_episode(env, ep, close):
-    """-> (pid, Connection) of a child process that plays one episode on its copy of `env`, whose engine already
-    holds the replayed expert prefix: os.fork is the one way to copy the engine's state, which lives in a C library
-    (get_state, no set_state). `close`: the parent's connections, which the child must not hold open."""
+    """-> (pid, Connection) of a child process that plays one episode on its copy of `env`, whose engine
+    already holds the replayed expert prefix: os.fork is the one way to copy the engine's state, which
+    lives in a C library (get_state, no set_state). `close`: the parent's connections, which the child
+    must not hold open."""
     a, b = socket.socketpair()
     pid = os.fork()
     if pid:
@@ -224,8 +229,8 @@ def _fork_episode(env, ep, close):
 
 def _worker(conn, spec):
     """Holds engine objects (one per concurrent episode, reused) and the episodes' Python state. With
-    spec["fork_prefix"], the R resets of a group (one game, one prefix, in one batch) replay the prefix once: the
-    other R - 1 episodes are forked children of the first, right after its reset (_fork_episode)."""
+    spec["fork_prefix"], the R resets of a group (one game, one prefix, in one batch) replay the prefix once:
+    the other R - 1 episodes are forked children of the first, right after its reset (_fork_episode)."""
     envs, free, eps = [], [], {}  # eps: episode id -> (env index, episode dict)
     kids = {}  # episode id -> (pid, Connection): forked episodes
     fork = spec.get("fork_prefix", False)
@@ -266,7 +271,8 @@ def _worker(conn, spec):
                     if eid in eps:
                         free.append(eps.pop(eid)[0])
                     key = (gamefile, tuple(prefix))
-                    tpl = eps.get(first.get(key))  # still at the prefix's end: nothing played after it (history)
+                    # still at the prefix's end: nothing played after it (history)
+                    tpl = eps.get(first.get(key))
                     if fork and prefix and tpl and len(tpl[1]["history"]) == len(prefix):
                         i, ep = tpl
                         kids[eid] = _fork_episode(envs[i], ep, [conn] + [c for _, c in kids.values()])
@@ -312,9 +318,9 @@ def _worker(conn, spec):
 
 class EnvPool:
     """`run(requests)` -> one result per request, in order. Requests: ("reset", eid, gamefile, prefix),
-    ("step", eid, action), ("close", eid). An episode lives on the worker its reset went to. A worker that dies is
-    restarted; its requests come back as {"ok": False, "error": "worker crashed ..."} and the rest of the batch
-    is unaffected. Create the pool before any CUDA initialisation."""
+    ("step", eid, action), ("close", eid). An episode lives on the worker its reset went to. A worker that
+    dies is restarted; its requests come back as {"ok": False, "error": "worker crashed ..."} and the rest of
+    the batch is unaffected. Create the pool before any CUDA initialisation."""
 
     def __init__(self, num_workers=2, spec=None):
         self.n, self.spec = max(1, num_workers), spec or {"env": "alfworld"}
@@ -334,8 +340,8 @@ class EnvPool:
         self.conns[w] = Connection(a.detach())
 
     def run(self, requests):
-        # resets of one game go to one worker (its translation cache and loaded engines serve the whole group);
-        # distinct games of the call are spread round-robin; later requests follow their episode
+        # resets of one game go to one worker (its translation cache and loaded engines serve the whole
+        # group); distinct games of the call are spread round-robin; later requests follow their episode
         games = sorted({r[2] for r in requests if r[0] == "reset"})
         for r in requests:
             if r[0] == "reset":
@@ -406,13 +412,16 @@ def main():
     sub.add_parser("make-builtin", help=f"rebuild {os.path.relpath(BUILTIN_TAR, HERE)} ({BUILTIN})")
     s = sub.add_parser("stats", help="split sizes and expert-length distributions")
     s.add_argument("--games", default="builtin", choices=["builtin", "official", "webshop-lite"])
-    d = sub.add_parser("webshop-doctor", help="check an official WebShop setup ($WEBSHOP_PATH): what each setting lacks")
+    d = sub.add_parser("webshop-doctor",
+                       help="check an official WebShop setup ($WEBSHOP_PATH): what each setting lacks")
     d.add_argument("--setting", default="both", choices=["authors", "human", "both"],
-                   help="authors: their 1,000-product files, synthetic goals; human: the full set, human goals")
+                   help="authors: their 1,000-product files, synthetic goals; "
+                        "human: the full set, human goals")
     a = ap.parse_args()
     if a.cmd == "make-games":
         t0 = time.time()
-        res = make_games(a.out, a.split, a.n, a.seed, a.workers, a.max_len, a.min_receptacles, a.max_receptacles)
+        res = make_games(a.out, a.split, a.n, a.seed, a.workers, a.max_len, a.min_receptacles,
+                         a.max_receptacles)
         print(f"{len(res)} games in {time.time() - t0:.0f}s, {sum(r[3] for r in res)} draws re-sampled")
         print(length_table([{"task_type": tt, "L": L} for _, L, tt, _ in res]))
     elif a.cmd == "make-builtin":
@@ -429,13 +438,15 @@ def main():
     else:
         try:
             if a.games == "webshop-lite":  # every goal of every split through the scripted expert
-                env = WebShopEnv({"env": "webshop", "backend": "lite", "seed": 0, "products": 1000, "max_steps": 99})
+                env = WebShopEnv({"env": "webshop", "backend": "lite", "seed": 0, "products": 1000,
+                                  "max_steps": 99})
                 for split, (lo, hi) in WEBSHOP_SPLITS.items():
                     idx = range(lo, min(hi or len(env.goals), len(env.goals)))
                     res = [scripted_expert(env, i) for i in idx]
                     print(f"[envs] webshop-lite {split}: {len(idx)} goals, scripted expert reward 1 on "
                           f"{sum(s == 1.0 for _, s in res)}")
-                    print(length_table([{"task_type": env.goals[i]["category"], "L": len(w)} for i, (w, _) in zip(idx, res)]))
+                    print(length_table([{"task_type": env.goals[i]["category"], "L": len(w)}
+                                        for i, (w, _) in zip(idx, res)]))
                 return
             for split in ("train", "valid_seen", "valid_unseen"):
                 print(length_table(load_tasks(split, a.games, verbose=True)))

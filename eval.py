@@ -4,8 +4,10 @@ loop and from the command line; the CLI also runs the diagnostic (diagnose.py) a
 
     python eval.py panel --model CKPT [--split valid_unseen] [--games builtin|official] [--seeds 0 1 2] \
         [--decode greedy|sampled]
-    python eval.py panel --model CKPT --eval_protocol authors --split valid_seen   # their draw, seed s = validation s
-    python eval.py panel --model CKPT --env webshop --split eval     # WebShop: success and score (100 x mean reward)
+    # their draw, seed s = validation s
+    python eval.py panel --model CKPT --eval_protocol authors --split valid_seen
+    # WebShop: success and score (100 x mean reward)
+    python eval.py panel --model CKPT --env webshop --split eval
     python eval.py diagnose --model CKPT [--tasks 8] [--rollouts 32] [--grid 0.1] [--checkpoints RUN_DIR]
     python eval.py dynamics RUN_DIR... [--out docs/dynamics.png]
     python eval.py table RUN_DIR...
@@ -34,9 +36,8 @@ def evaluate(engine, pool, tok, tasks, cfg, seed=0, temperature=0.0):
     "per_type_won": {type: [won, n]},
     "invalid", "out": the rollout output (rows + episodes, for transcripts)}."""
     if not tasks:
-        return {"success": float("nan"), "n": 0, "won": 0, "score": float("nan"), "per_type": {}, "per_type_won": {},
-                "invalid": 0.0,
-                "out": None}
+        return {"success": float("nan"), "n": 0, "won": 0, "score": float("nan"), "per_type": {},
+                "per_type_won": {}, "invalid": 0.0, "out": None}
     ecfg = dataclasses.replace(cfg, temperature=temperature)
     # no hint
     out = rollout(engine, pool, tok, [{"task": t, "n": 0, "R": 1, "prefix": []} for t in tasks], ecfg, seed)
@@ -52,7 +53,8 @@ def evaluate(engine, pool, tok, tasks, cfg, seed=0, temperature=0.0):
 
 
 def eval_splits(cfg):
-    """--eval_split's splits, each with the name it is logged under: one split is 'val'; several keep their names."""
+    """--eval_split's splits, each with the name it is logged under:
+    one split is 'val'; several keep their names."""
     splits = [x.strip() for x in cfg.eval_split.split(",") if x.strip()]
     return [("val" if len(splits) == 1 else sp, sp) for sp in splits]
 
@@ -64,7 +66,8 @@ def evals_due(cfg, step):
     --eval_every steps, the authors' draw every --authors_every (their trainer.test_freq with
     val_before_train)."""
     edge = step == 0 or step == cfg.steps
-    panel = cfg.eval_protocol in ("panel", "both") and (edge or bool(cfg.eval_every and step % cfg.eval_every == 0))
+    panel = cfg.eval_protocol in ("panel", "both") and (
+        edge or bool(cfg.eval_every and step % cfg.eval_every == 0))
     authors = cfg.eval_protocol in ("authors", "both") and (edge or step % cfg.authors_every == 0)
     return panel, authors
 
@@ -97,7 +100,8 @@ def authors_draw(n_tasks, k, env, episodes=128, seed=1000):
 
 
 def authors_index(step, every):
-    """How many of the authors' evaluations came before the one at `step` (at 0, every, 2 every, ..., and the end)."""
+    """How many of the authors' evaluations came before the one at `step`
+    (at 0, every, 2 every, ..., and the end)."""
     return 0 if step == 0 else (step - 1) // every + 1
 
 
@@ -108,7 +112,8 @@ def eval_sets(cfg, step, val, panel):
     val_kwargs: do_sample, 0.4)."""
     do_panel, do_authors = evals_due(cfg, step)
     both = [("", 0.0), ("_sampled", cfg.eval_temperature)]
-    sets = [(name, tasks, both) for name, tasks in val + [("train_panel", panel)] if tasks] if do_panel else []
+    sets = [(name, tasks, both)
+            for name, tasks in val + [("train_panel", panel)] if tasks] if do_panel else []
     if do_authors and val and val[0][1]:
         split = eval_splits(cfg)[0][1]
         tasks = val[0][1]
@@ -129,10 +134,13 @@ def in_loop_eval(engine, pool, tok, sets, cfg, step, rank=0, world=1, gather=lam
             seed = (2 * 10**6 if name.startswith("authors_") else 10**6) + step
             r = evaluate(engine, pool, tok, mine, cfg, seed=seed, temperature=temp) if mine else None
             if r and rank == 0:
-                write_transcripts(os.path.join(cfg.out_dir, "transcripts", f"step{step:06d}_{name}{suffix}.txt"),
+                write_transcripts(os.path.join(cfg.out_dir, "transcripts",
+                                               f"step{step:06d}_{name}{suffix}.txt"),
                                   r["out"], tok, header=f"step {step} {name}{suffix} temperature {temp}")
-            got = gather({"won": r["won"], "n": r["n"], "reward": sum(e["score"] for e in r["out"]["episodes"]),
-                          "per_type": r["per_type_won"]} if r else {"won": 0, "n": 0, "reward": 0.0, "per_type": {}})
+            got = gather({"won": r["won"], "n": r["n"],
+                          "reward": sum(e["score"] for e in r["out"]["episodes"]),
+                          "per_type": r["per_type_won"]}
+                         if r else {"won": 0, "n": 0, "reward": 0.0, "per_type": {}})
             won, n = sum(x["won"] for x in got), sum(x["n"] for x in got)
             types = sorted({k for x in got for k in x["per_type"]})
             counts[name + suffix] = {"won": won, "n": n, "per_type": {
@@ -149,8 +157,8 @@ def write_transcripts(path, out, tok, k=3, header=""):
     from rollout import parse_action
     lines = [header] if header else []
     for e in out["episodes"][:k]:
-        lines.append(f"=== episode {e['eid']} task {e['task_id']} prefix {e['n']} won {e['won']} reward {e['reward']} "
-                     f"steps {e['steps']} invalid {e['invalid']} error {e['error']}")
+        lines.append(f"=== episode {e['eid']} task {e['task_id']} prefix {e['n']} won {e['won']} "
+                     f"reward {e['reward']} steps {e['steps']} invalid {e['invalid']} error {e['error']}")
         for r in [r for r in out["rows"] if r["eid"] == e["eid"]]:
             lines += [f"--- turn {r['t']} prompt:", tok.decode(r["prompt_ids"], skip_special_tokens=False),
                       f"--- reply: {r.get('text', tok.decode(r['response_ids']))!r}",
@@ -169,7 +177,8 @@ def panel(engine, pool, tok, tasks, cfg, seeds, temperature, path, protocol="pan
     seed: overall and per-type success with Wilson intervals; across seeds: mean and std. Results are written
     to `path` after each seed, and a rerun skips the seeds already there."""
     res = json.load(open(path)) if os.path.exists(path) else {}
-    key = {"tasks": [t["id"] for t in tasks], "temperature": temperature, "model": cfg.model, "protocol": protocol}
+    key = {"tasks": [t["id"] for t in tasks], "temperature": temperature, "model": cfg.model,
+           "protocol": protocol}
     if res.get("key") != key:
         res = {"key": key, "seeds": {}}
     for s in seeds:
@@ -179,8 +188,8 @@ def panel(engine, pool, tok, tasks, cfg, seeds, temperature, path, protocol="pan
         played = tasks if protocol == "panel" else [tasks[i] for i in authors_draw(len(tasks), s, cfg.env,
                                                                                    cfg.authors_episodes)]
         r = evaluate(engine, pool, tok, played, cfg, seed=s, temperature=temperature)
-        res["seeds"][str(s)] = {"won": r["won"], "n": r["n"], "success": r["success"], "ci95": wilson(r["won"], r["n"]),
-                                "score": r["score"],
+        res["seeds"][str(s)] = {"won": r["won"], "n": r["n"], "success": r["success"],
+                                "ci95": wilson(r["won"], r["n"]), "score": r["score"],
                                 "per_type": {k: {"won": w, "n": m, "success": w / m, "ci95": wilson(w, m)}
                                              for k, (w, m) in r["per_type_won"].items()},
                                 "invalid": r["invalid"]}
@@ -190,7 +199,8 @@ def panel(engine, pool, tok, tasks, cfg, seeds, temperature, path, protocol="pan
     res["mean"] = float(np.mean([p["success"] for p in per]))
     res["std"] = float(np.std([p["success"] for p in per]))
     res["score_mean"] = float(np.mean([p["score"] for p in per]))
-    res["per_type_mean"] = {k: float(np.mean([p["per_type"][k]["success"] for p in per if k in p["per_type"]]))
+    res["per_type_mean"] = {k: float(np.mean([p["per_type"][k]["success"]
+                                              for p in per if k in p["per_type"]]))
                             for k in sorted({k for p in per for k in p["per_type"]})}
     json.dump(res, open(path, "w"), indent=1)
     return res
@@ -202,29 +212,35 @@ def main():
     if cmd in ("dynamics", "table"):
         args = sys.argv[2:]
         if cmd == "table":  # a directory without a run in it stands for every run below it
-            is_run = lambda a: any(os.path.exists(os.path.join(a, f)) for f in ("config.json", "summary.json"))  # noqa
+            is_run = lambda a: any(os.path.exists(os.path.join(a, f))  # noqa
+                                   for f in ("config.json", "summary.json"))
             runs = [r for a in args if not a.startswith("--") for r in ([a] if is_run(a) else sorted(
-                os.path.dirname(p) for p in glob.glob(os.path.join(a, "**", "summary.json"), recursive=True)))]
+                os.path.dirname(p)
+                for p in glob.glob(os.path.join(a, "**", "summary.json"), recursive=True)))]
             return print(table(runs))
         out = args[args.index("--out") + 1] if "--out" in args else "docs/dynamics.png"
         return dynamics([a for a in args if not a.startswith("--") and a != out], out)
     if cmd in ("", "-h", "--help"):
-        return print(__doc__ + "\nsubcommands: panel | diagnose | dynamics | table  (`python eval.py panel --help`)")
+        return print(__doc__ + "\nsubcommands: panel | diagnose | dynamics | table  "
+                               "(`python eval.py panel --help`)")
     if cmd not in ("panel", "diagnose"):
         sys.exit(f"error: unknown subcommand {cmd!r}: expected panel | diagnose | dynamics | table")
 
     def extra(p):
         p.add_argument("--split", default="valid_unseen", help="panel: split to play")
-        p.add_argument("--seeds", type=int, nargs="+", default=[0], help="panel: one pass over the split per seed")
+        p.add_argument("--seeds", type=int, nargs="+", default=[0],
+                       help="panel: one pass over the split per seed")
         p.add_argument("--decode", default="greedy", choices=["greedy", "sampled"],
-                       help="panel: greedy, or sampled at --eval_temperature (--eval_protocol authors: sampled)")
+                       help="panel: greedy, or sampled at --eval_temperature "
+                            "(--eval_protocol authors: sampled)")
         p.add_argument("--tasks", type=int, default=8, help="diagnose: training tasks in the fixed sample")
         p.add_argument("--rollouts", type=int, default=32, help="diagnose: rollouts per (task, depth)")
         p.add_argument("--grid", type=float, default=0.1, help="diagnose: depth-ratio grid step")
-        p.add_argument("--draws", type=int, default=50, help="diagnose: repetitions of each scheduler's replay")
+        p.add_argument("--draws", type=int, default=50,
+                       help="diagnose: repetitions of each scheduler's replay")
         p.add_argument("--checkpoints", default="", help="diagnose: every checkpoint of this run directory")
-        p.add_argument("--out", default="", help="output: JSON path (panel) or directory (diagnose); default under "
-                       "runs/eval/<model name>/, never inside a checkpoint")
+        p.add_argument("--out", default="", help="output: JSON path (panel) or directory (diagnose); "
+                       "default under runs/eval/<model name>/, never inside a checkpoint")
     argv = sys.argv[2:]
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--model", default="")
@@ -284,14 +300,15 @@ def main():
         return
     from diagnose import diagnose, dstar_over_steps
     train_tasks = train_subset(tasks_for(cfg, cfg.train_split), cfg.train_games)
-    sample = [train_tasks[i] for i in sorted(np.random.default_rng(4321).permutation(len(train_tasks))[:args.tasks])]
+    sample = [train_tasks[i]
+              for i in sorted(np.random.default_rng(4321).permutation(len(train_tasks))[:args.tasks])]
     results = []
     outdir = args.out or os.path.join(known.checkpoints or runs_dir, "diagnose")
     for ck in ckpts or [path]:
         if ckpts:
             from transformers import AutoModelForCausalLM
-            engine.load_weights(AutoModelForCausalLM.from_pretrained(ck, dtype=torch.float32 if device == "cpu"
-                                                                     else torch.bfloat16).state_dict().items())
+            engine.load_weights(AutoModelForCausalLM.from_pretrained(
+                ck, dtype=torch.float32 if device == "cpu" else torch.bfloat16).state_dict().items())
         args.out = os.path.join(outdir, os.path.basename(ck)) if ckpts else outdir
         results.append(diagnose(engine, pool, tok, sample, train_tasks, cfg, args, ck))
     pool.close()

@@ -1,9 +1,9 @@
-"""ALFWorld's offline game generator: games in the official layout, from alfworld's own generator pieces, and the
-built-in set shipped in data/alfworld_builtin.tar.gz (tasks.py loads it, envs.py plays it).
+"""ALFWorld's offline game generator: games in the official layout, from alfworld's own generator pieces, and
+the built-in set shipped in data/alfworld_builtin.tar.gz (tasks.py loads it, envs.py plays it).
 
-    python envs.py make-games --split train --n 200 --seed 0 --out DIR   # ALFWorld-format games, offline
-    python envs.py make-builtin                                           # rebuild data/alfworld_builtin.tar.gz
-    python envs.py stats                                                  # split sizes + expert lengths
+    python envs.py make-games --split train --n 200 --seed 0 --out DIR # ALFWorld-format games, offline
+    python envs.py make-builtin                                         # rebuild data/alfworld_builtin.tar.gz
+    python envs.py stats                                                # split sizes + expert lengths
 
 ALFWorld games are written in the official layout (<split>/<task>-<obj>-None-<parent>-<scene>/trial_*/ with
 initial_state.pddl, traj_data.json, game.tw-pddl). Walkthroughs come from alfworld's own generator pieces
@@ -57,12 +57,14 @@ def _consts():
     import alfworld.gen.constants as C
     val = {r: {o for o in objs if "Sliced" not in o} for r, objs in C.VAL_RECEPTACLE_OBJECTS.items()}
     static = sorted(r for r in val if r not in set(C.MOVABLE_RECEPTACLES))
-    acts = {k: {o for o in C.VAL_ACTION_OBJECTS[k] if "Sliced" not in o} for k in ("Cleanable", "Heatable", "Coolable")}
+    acts = {k: {o for o in C.VAL_ACTION_OBJECTS[k] if "Sliced" not in o}
+            for k in ("Cleanable", "Heatable", "Coolable")}
     placeable = {o for objs in val.values() for o in objs} - set(static)
     return dict(C=C, val=val, static=static, placeable=placeable, movable=set(C.MOVABLE_RECEPTACLES),
                 openable=set(C.OPENABLE_CLASS_LIST) - {"Box"}, clean=acts["Cleanable"], heat=acts["Heatable"],
                 cool=acts["Coolable"], slice=set(C.VAL_ACTION_OBJECTS["Sliceable"]),
-                otypes=sorted((set(C.OBJECTS) - set(static)) | placeable | {"DeskLamp", "FloorLamp", "Knife"}),
+                otypes=sorted((set(C.OBJECTS) - set(static)) | placeable
+                              | {"DeskLamp", "FloorLamp", "Knife"}),
                 test_scenes=set(C.TEST_SCENE_NUMBERS))
 
 
@@ -94,7 +96,8 @@ def _room(rng, scene, room_type, need, min_r, max_r):
         head = rid.split("|")[0]
         rtype = {"Sink": "SinkBasin", "Bathtub": "BathtubBasin"}.get(head, head)
         if rtype in K["static"]:
-            recs.append({"id": rid if head not in ("Sink", "Bathtub") else None, "type": rtype, "pose": openable[rid]})
+            recs.append({"id": rid if head not in ("Sink", "Bathtub") else None, "type": rtype,
+                         "pose": openable[rid]})
     have = collections.Counter(r["type"] for r in recs)
     present = set(scene_objs) | {"SinkBasin" for o in scene_objs if o == "Sink"} | \
         {"BathtubBasin" for o in scene_objs if o == "Bathtub"}
@@ -114,14 +117,16 @@ def _room(rng, scene, room_type, need, min_r, max_r):
     for r in recs:
         while r["id"] is None or r["id"] in ids:
             x, z = rng.choice(grid)
-            r["id"] = _thor_id(r["type"], x + rng.uniform(-.6, .6), rng.uniform(0, 2), z + rng.uniform(-.6, .6))
+            r["id"] = _thor_id(r["type"], x + rng.uniform(-.6, .6), rng.uniform(0, 2),
+                               z + rng.uniform(-.6, .6))
         ids.add(r["id"])
     recs.sort(key=lambda r: r["id"])
     for r in recs + [None]:  # last: the agent's start, which must hold no receptacle
         for t in range(1000):
             if r is not None and r["pose"] is not None and t < 8:  # the real interaction pose first
                 x, z, rot, hor = r["pose"]
-                c = (round(x / .25), round(z / .25), round(rot / 90) % 4, int(hor) + rng.choice([0, 15, 30, -15]))
+                c = (round(x / .25), round(z / .25), round(rot / 90) % 4,
+                     int(hor) + rng.choice([0, 15, 30, -15]))
             else:
                 x, z = rng.choice(grid)
                 c = (round(x / .25), round(z / .25), rng.randrange(4), rng.choice([30, 0, 15, 45]))
@@ -183,7 +188,8 @@ def _sample_game(rng, split, task_type, args):
         objects.append({"id": oid, "type": otype, "recep": r})
         return True
 
-    start = [t for t in by_type if obj in K["val"].get(t, ()) and t != parent and not (app == "Fridge" and t == "Fridge")]
+    start = [t for t in by_type
+             if obj in K["val"].get(t, ()) and t != parent and not (app == "Fridge" and t == "Fridge")]
     surfaces = [t for t in start if t not in K["openable"]]
     n_target = rng.randint(2, 3) if task_type == "pick_two_obj_and_place" else rng.choice([1, 1, 1, 2, 2, 3])
     for _ in range(n_target):  # most ALFRED objects start on open surfaces: keeps expert searches realistic
@@ -223,9 +229,9 @@ def _problem_pddl(recs, objects, agent_loc, task_type, obj, parent, toggle):
     # PutObject needs canContain facts; without them the goal is unreachable (the KeyError 'val1' crash)
     L += ["(canContain %sType %sType)" % (rt, ot) for rt in sorted({r["type"] for r in recs}) for ot in otypes
           if ot in K["val"].get(rt, ())]
-    for pred, ok in (("pickupable", K["placeable"]), ("isReceptacleObject", K["movable"]), ("cleanable", K["clean"]),
-                     ("heatable", K["heat"]), ("coolable", K["cool"]), ("toggleable", {"DeskLamp"}),
-                     ("sliceable", K["slice"])):
+    for pred, ok in (("pickupable", K["placeable"]), ("isReceptacleObject", K["movable"]),
+                     ("cleanable", K["clean"]), ("heatable", K["heat"]), ("coolable", K["cool"]),
+                     ("toggleable", {"DeskLamp"}), ("sliceable", K["slice"])):
         L += ["(%s %s)" % (pred, m(o["id"])) for o in objects if o["type"] in ok]
     L += ["(openable %s)" % m(r["id"]) for r in recs if r["type"] in K["openable"]]
     L += ["(atLocation agent1 %s)" % agent_loc]
@@ -238,7 +244,8 @@ def _problem_pddl(recs, objects, agent_loc, task_type, obj, parent, toggle):
 
 def _describe(task_type, obj, parent, toggle):
     o, p = obj.lower(), parent.lower()
-    return {"pick_and_place_simple": f"Put a {o} in the {p}.", "look_at_obj_in_light": f"Look at a {o} under the lamp.",
+    return {"pick_and_place_simple": f"Put a {o} in the {p}.",
+            "look_at_obj_in_light": f"Look at a {o} under the lamp.",
             "pick_clean_then_place_in_recep": f"Clean a {o} and put it in the {p}.",
             "pick_heat_then_place_in_recep": f"Heat a {o} and put it in the {p}.",
             "pick_cool_then_place_in_recep": f"Cool a {o} and put it in the {p}.",
@@ -258,8 +265,8 @@ def _generate_script():
 
 
 def patch_expert():
-    """alfworld 0.4.2: the grammar says 'move X to Y' but the expert's state tracker only knows 'put', so after
-    a move it still believes it holds the object (pick_two then loops). Rewrite for the tracker only."""
+    """alfworld 0.4.2: the grammar says 'move X to Y' but the expert's state tracker only knows 'put', so
+    after a move it still believes it holds the object (pick_two then loops). Rewrite for the tracker only."""
     from alfworld.agents.expert import handcoded_expert as he
     orig = he.BasePolicy.update_state_tracking
     if getattr(orig, "_g2_fix", False):
@@ -303,7 +310,8 @@ def _gen_one(job):
         try:
             for name, text in (("initial_state.pddl", pddl), ("traj_data.json", json.dumps(traj, indent=1))):
                 open(os.path.join(tmp, name), "w").write(text)
-            random.seed(f"{seed}/{split}/{index}/{attempt}/goal")  # add_task_to_grammar and the expert use `random`
+            # add_task_to_grammar and the expert use `random`
+            random.seed(f"{seed}/{split}/{index}/{attempt}/goal")
             grammar = gen.add_task_to_grammar(open(os.path.join(base, "alfred.twl2")).read(), traj,
                                               goal_desc_human_anns_prob=0.0, rng=rng)
             game = {"pddl_domain": open(os.path.join(base, "alfred.pddl")).read(), "grammar": grammar,
@@ -330,9 +338,10 @@ def make_games(out, split, n, seed=0, workers=2, max_len=15, min_receptacles=6, 
                surface_bias=0.7, min_distractors=4, max_distractors=10, task_types=TASK_TYPES, progress=True):
     """Write n solvable games of a split under out/<split>; returns [(dir, L, task_type, rejected)]."""
     from tqdm import tqdm
-    args = argparse.Namespace(max_len=max_len, min_receptacles=min_receptacles, max_receptacles=max_receptacles,
-                              surface_bias=surface_bias, min_distractors=min_distractors,
-                              max_distractors=max_distractors, task_types=list(task_types))
+    args = argparse.Namespace(max_len=max_len, min_receptacles=min_receptacles,
+                              max_receptacles=max_receptacles, surface_bias=surface_bias,
+                              min_distractors=min_distractors, max_distractors=max_distractors,
+                              task_types=list(task_types))
     jobs = [(i, split, seed, out, args) for i in range(n)]
     with mp.get_context("spawn").Pool(workers, maxtasksperchild=40) as pool:
         res = list(tqdm(pool.imap(_gen_one, jobs), total=n, desc=f"make-games {split}", disable=not progress))

@@ -2,14 +2,15 @@
 loss weights of each aggregation, and the clipped policy loss with the k3 KL. No model, no environment:
 train.py does the micro-batching and the DDP wiring, and tests/test_grpo.py checks each piece on toy inputs.
 
-    adv, n_zero = group_advantages(rewards, gid, keep)               # [E] per episode
-    parts = mini_batches(rows, n_mb)                                 # rank-independent PPO mini-batches
-    n_zero, n_groups = row_advantages(rows, episodes, "traj")       # the same on train.py's step rows
-    opts = trie_options(response_ids, allowed)                        # allowed next tokens per response position
-    lp = token_logprobs(logits, targets, options, temperature)        # [b, T] log pi(a_t | s, a_<t)
-    w = agg_weights("episode", row_tokens, episode_tokens, n_tokens, n_rows, n_episodes)  # [b] per-token weight
+    adv, n_zero = group_advantages(rewards, gid, keep)            # [E] per episode
+    parts = mini_batches(rows, n_mb)                              # rank-independent PPO mini-batches
+    n_zero, n_groups = row_advantages(rows, episodes, "traj")     # the same on train.py's step rows
+    opts = trie_options(response_ids, allowed)                    # allowed next tokens per response position
+    lp = token_logprobs(logits, targets, options, temperature)    # [b, T] log pi(a_t | s, a_<t)
+    # [b] per-token weight
+    w = agg_weights("episode", row_tokens, episode_tokens, n_tokens, n_rows, n_episodes)
     loss, stats = policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp, kl_coef)
-    lr = lr_at(step, lr, steps, warmup_frac, "cosine")              # the optimizer's schedule
+    lr = lr_at(step, lr, steps, warmup_frac, "cosine")            # the optimizer's schedule
 
 Constrained decoding (--constrained 1) samples from the policy restricted to the admissible commands: at each
 reply position only the tokens that continue some admissible reply (a token trie) keep their mass,
@@ -220,8 +221,8 @@ def agg_weights(agg, row_tokens, episode_tokens, n_tokens, n_rows, n_episodes):
     raise ValueError(f"unknown loss aggregation {agg!r} (expected one of {AGGS})")
 
 
-def policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp=None, kl_coef=0.0, tis=None, dual_clip=0.0, entropy=None,
-                entropy_coef=0.0):
+def policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp=None, kl_coef=0.0, tis=None, dual_clip=0.0,
+                entropy=None, entropy_coef=0.0):
     """Clipped GRPO surrogate + k3 KL to the reference, aggregated with per-row token weights.
     lp, old_lp, ref_lp, mask [b, T]; adv, w [b]. The sign: minimising this raises log pi of tokens with
     positive advantage. -> (loss, stats) with stats = weighted pg and kl terms, clip fraction and max |ratio -
@@ -278,7 +279,8 @@ def logprob_mismatch(old_lp, engine_lp, mask):
     sums so they add over micro-batches and ranks."""
     d = (old_lp - engine_lp) * mask  # [b, T]
     k3 = (torch.exp(d) - d - 1) * mask
-    return d.abs().sum().item(), d.abs().max().item() if mask.any() else 0.0, k3.sum().item(), mask.sum().item()
+    return (d.abs().sum().item(), d.abs().max().item() if mask.any() else 0.0, k3.sum().item(),
+            mask.sum().item())
 
 
 def adamw_update_norm(opt, chunk=1 << 22):

@@ -35,7 +35,8 @@ def read_expert_file(path):
     gmsv/alfworld.py, GMSVAlfworldPrefixRuntime._load_expert_store].
     -> [{"id", "actions", "thinks"}]; a malformed entry raises ValueError naming it."""
     if not os.path.exists(path):
-        raise FileNotFoundError(f"--expert_data {path}: no such file (the authors' sft_data/alfworld_sft_data.json or "
+        raise FileNotFoundError(f"--expert_data {path}: no such file "
+                                "(the authors' sft_data/alfworld_sft_data.json or "
                                 "webshop_sft_data.json, from their repository or their Hugging Face dataset "
                                 "xiamoent/Agent-G2-ALFWorld-Webshop-sft-data)")
     payload = json.load(open(path, encoding="utf-8"))
@@ -44,8 +45,8 @@ def read_expert_file(path):
         raise ValueError(f"--expert_data {path}: expected {{\"trajectories\": [...]}} or a list of entries")
     out = []
     for k, item in enumerate(items):
-        name = f"--expert_data {path}: entry {k}" + (f" ({item['id']!r})" if isinstance(item, dict) and "id" in item
-                                                      else "")
+        name = f"--expert_data {path}: entry {k}" + (f" ({item['id']!r})"
+                                                      if isinstance(item, dict) and "id" in item else "")
         if not isinstance(item, dict) or "id" not in item:
             raise ValueError(f"{name}: not an object with an \"id\"")
         actions, thinks = item.get("actions"), item.get("think", [])
@@ -108,7 +109,8 @@ def attach_expert_data(tasks, entries, env, key_of=None):
         key = key_of(t) if env == "webshop" else os.path.basename(os.path.dirname(t["gamefile"]))
         e = index.get(key)
         counts["expert" if e else "walkthrough"] += 1
-        out.append({**t, "walkthrough": e["actions"], "thinks": e["thinks"], "L": len(e["actions"])} if e else t)
+        out.append({**t, "walkthrough": e["actions"], "thinks": e["thinks"], "L": len(e["actions"])}
+                   if e else t)
     note = (f"[hints] expert data: {counts['expert']} of {len(tasks)} training tasks matched; "
             f"{counts['walkthrough']} keep their own walkthrough")
     return out, note
@@ -163,7 +165,8 @@ class SelfSource:
 
 
 class FirstOf:
-    """--hint_source self: the first source with a hint for the task (the expert's, else the policy's own win)."""
+    """--hint_source self: the first source with a hint for the task (the expert's, else the policy's
+    own win)."""
 
     def __init__(self, *sources):
         self.sources = sources
@@ -183,7 +186,8 @@ class FirstOf:
 
 
 class Shortest(FirstOf):
-    """--hint_source mixed: the shortest of the sources' hints (an own win shorter than the expert's replaces it)."""
+    """--hint_source mixed: the shortest of the sources' hints (an own win shorter than the expert's
+    replaces it)."""
 
     def hint(self, task):
         hints = [h for h in (s.hint(task) for s in self.sources) if h]

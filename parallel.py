@@ -38,11 +38,13 @@ def init_distributed(use_cuda):
         return False, 0, 1, 0, "cuda:0" if use_cuda else "cpu"
     dist.init_process_group(backend(use_cuda), timeout=TIMEOUT,
                             device_id=torch.device("cuda", local_rank) if use_cuda else None)
-    return True, dist.get_rank(), dist.get_world_size(), local_rank, f"cuda:{local_rank}" if use_cuda else "cpu"
+    return (True, dist.get_rank(), dist.get_world_size(), local_rank,
+            f"cuda:{local_rank}" if use_cuda else "cpu")
 
 
 def local_first(fn, ddp, local_rank):
-    """Run fn on each node's local rank 0 first (it fills node-local caches), then on the node's other ranks."""
+    """Run fn on each node's local rank 0 first (it fills node-local caches),
+    then on the node's other ranks."""
     if ddp and local_rank != 0:
         dist.barrier()
     out = fn()
@@ -107,9 +109,9 @@ def fsdp2_shard(policy, ref, dtype):
         fully_shard(m, mp_policy=mp, reshard_after_forward=reshard_root)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Per-rank memory by arithmetic (not measured): python parallel.py memory
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 QWEN = {"1.5B": dict(params=1.54e9, root=0.23e9, layers=28, hidden=1536, inter=8960, kv_heads=2, head_dim=128,
                      vocab=151936),
         "7B": dict(params=7.62e9, root=1.09e9, layers=28, hidden=3584, inter=18944, kv_heads=4, head_dim=128,
@@ -123,8 +125,8 @@ def kv_bytes_per_token(layers, kv_heads, head_dim, dtype_bytes=2):
     return layers * kv_heads * head_dim * 2 * dtype_bytes
 
 
-def memory_gb(size, world=8, fsdp=False, seqs=16, seq_len=4608, micro_batch=8, resp_len=512, graph_pool_gb=1.0,
-              context_gb=1.0):
+def memory_gb(size, world=8, fsdp=False, seqs=16, seq_len=4608, micro_batch=8, resp_len=512,
+              graph_pool_gb=1.0, context_gb=1.0):
     """Per-rank GiB of the GPU presets, as the code allocates it. -> {row: GiB}; "peak" = the resident rows +
     the largest of the transient phases (a micro-batch's backward, the optimizer step). seqs: sequences a rank
     plays at once (|B| R / world = 16); seq_len: prompt budget + reply budget (4096 + 512); resp_len: the
@@ -159,7 +161,8 @@ def memory_gb(size, world=8, fsdp=False, seqs=16, seq_len=4608, micro_batch=8, r
         # holds its activations (~8 hidden-wide + 4 intermediate-wide tensors per token, bf16) and as much
         # again in grads
         "backward: checkpointed layer inputs": tok * m["hidden"] * 2 * m["layers"],
-        "backward: one layer recomputed, with its gradients": tok * (8 * m["hidden"] + 4 * m["inter"]) * 2 * 2,
+        "backward: one layer recomputed, with its gradients": (tok * (8 * m["hidden"] + 4 * m["inter"])
+                                                               * 2 * 2),
         # the response positions' logits (rollout.response_logprobs, logits_to_keep): bf16 out of lm_head, an
         # fp32 copy into one log_softmax (grpo.token_logprobs_entropy keeps only that); the backward's peak
         # holds the log-probs, their gradient, a recomputed exp and the softmax's input gradient: ~16 B per
@@ -177,18 +180,20 @@ def memory_gb(size, world=8, fsdp=False, seqs=16, seq_len=4608, micro_batch=8, r
     step = {"optimizer step: AdamW foreach temporaries (sqrt v)": 4 * P / shard}
     out = {k: v / GB for k, v in {**rows, **transient, **step}.items()}
     resident = sum(rows.values())
-    out["peak (resident + the larger phase)"] = (resident + max(sum(transient.values()), sum(step.values()))) / GB
+    out["peak (resident + the larger phase)"] = (resident + max(sum(transient.values()),
+                                                                sum(step.values()))) / GB
     return out
 
 
 def memory_table():
     cols = [memory_gb("1.5B"), memory_gb("7B", fsdp=True)]
-    phase = lambda k: 3 if k.startswith("peak") else 2 if k.startswith("optimizer") else 1 if k.startswith("backward") \
-        else 0  # noqa: E731  resident rows, the backward's, the optimizer step's, the peak
+    # resident rows, the backward's, the optimizer step's, the peak
+    phase = lambda k: (3 if k.startswith("peak") else 2 if k.startswith("optimizer")  # noqa: E731
+                       else 1 if k.startswith("backward") else 0)
     # stable: each column's order
     keys = sorted(dict.fromkeys(k for c in cols for k in c), key=lambda k: phase(k))
-    out = ["| per rank, GiB (8 ranks; worst case: micro-batches of 8 rows at the 4,096 + 512 token budget, 16 "
-           "sequences in vLLM) | Qwen2.5-1.5B, DDP | Qwen2.5-7B, FSDP2 |", "|---|---:|---:|"]
+    out = ["| per rank, GiB (8 ranks; worst case: micro-batches of 8 rows at the 4,096 + 512 token budget, "
+           "16 sequences in vLLM) | Qwen2.5-1.5B, DDP | Qwen2.5-7B, FSDP2 |", "|---|---:|---:|"]
     out += [f"| {k} | " + " | ".join(f"{c[k]:.1f}" if k in c else "-" for c in cols) + " |" for k in keys]
     return "\n".join(out)
 

@@ -1,8 +1,8 @@
 """Reading runs back: the step line, the run summary (last and best evaluation), the tables and the dynamics
 figure.
 
-    python eval.py table RUN_DIR...                      # Markdown: one row per method, mean ± std over seeds
-    python eval.py dynamics RUN_DIR... [--out PNG]       # the training-dynamics figure and three tables
+    python eval.py table RUN_DIR...                     # Markdown: one row per method, mean ± std over seeds
+    python eval.py dynamics RUN_DIR... [--out PNG]      # the training-dynamics figure and three tables
 
 Everything here reads log.jsonl / summary.json / config.json; nothing plays an episode (eval.py does).
 """
@@ -22,11 +22,13 @@ def step_line(rec):
     cl = " ".join(f"k{k}:{m:.2f}/{sg:.2f}/{a:.2f}/{v:.3f}" for k, (m, sg, a, v)
                   in enumerate(zip(rec["mu_k"], rec["sigma_k"], rec["A"], rec["V"])))
     fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
-    return (f"step {rec['step']:4d} | succ {fmt(rec['success'])} band {fmt(rec['in_band'])} 0s {fmt(rec['all0'])} "
-            f"1s {fmt(rec['all1'])} | pg {rec.get('pg', 0):+.4f} aux {rec.get('aux', 0):.3f} "
+    return (f"step {rec['step']:4d} | succ {fmt(rec['success'])} band {fmt(rec['in_band'])} "
+            f"0s {fmt(rec['all0'])} 1s {fmt(rec['all1'])} | "
+            f"pg {rec.get('pg', 0):+.4f} aux {rec.get('aux', 0):.3f} "
             f"kl {rec.get('kl', 0):.4f} clip {rec['clipfrac']:.3f} upd {rec['update_rel']:.1e} | "
             f"mu_g {rec['mu_global']:.2f} {cl} | n {rec['mean_n']:.1f} | "
-            f"roll {rec['rollouts']}+{rec['probe_rollouts']} tok {rec['tokens']} trunc {rec['truncated_share']:.0%} | "
+            f"roll {rec['rollouts']}+{rec['probe_rollouts']} tok {rec['tokens']} "
+            f"trunc {rec['truncated_share']:.0%} | "
             f"t probe {rec['t_probe']:.1f} roll {rec['t_rollout']:.1f} train {rec['t_train']:.1f} "
             f"sync {rec['t_sync']:.2f}s")
 
@@ -45,8 +47,10 @@ EVAL_SETS = [(("train_panel", "authors_valid_seen", "authors_eval"), "training p
 
 
 def eval_table(runs):
-    """Markdown: hint-free success (%) of each run at each evaluation, greedy and sampled, panel and validation."""
-    out = ["| run | step | panel greedy | panel sampled | val greedy | val sampled |", "|---|---|---|---|---|---|"]
+    """Markdown: hint-free success (%) of each run at each evaluation, greedy and sampled,
+    panel and validation."""
+    out = ["| run | step | panel greedy | panel sampled | val greedy | val sampled |",
+           "|---|---|---|---|---|---|"]
     for run in runs:
         for e in read_log(run)[1]:
             v = e["eval"]
@@ -57,16 +61,19 @@ def eval_table(runs):
 
 
 def step_table(runs):
-    """Markdown: what each run's training steps looked like (means over its steps; the max for on-policy checks)."""
-    out = ["| run | steps | batch success | groups in band | all-0 | all-1 | zero-adv groups | mean depth ratio | "
-           "max clipfrac | max ratio dev | mean update ‖Δθ‖/‖θ‖ | s / step |", "|---|" + "---|" * 11]
+    """Markdown: what each run's training steps looked like (means over its steps; the max for
+    on-policy checks)."""
+    out = ["| run | steps | batch success | groups in band | all-0 | all-1 | zero-adv groups | "
+           "mean depth ratio | max clipfrac | max ratio dev | mean update ‖Δθ‖/‖θ‖ | s / step |",
+           "|---|" + "---|" * 11]
     for run in runs:
         st = read_log(run)[0]
         m = lambda k: float(np.mean([r[k] or 0 for r in st]))  # noqa: E731
         out.append(f"| {run_label(run)} | {len(st)} | {m('success'):.2f} | "
                    f"{100 * m('in_band'):.0f} % | {100 * m('all0'):.0f} % | {100 * m('all1'):.0f} % | "
-                   f"{sum(r['zero_adv_groups'] for r in st)} / {sum(r['groups'] for r in st)} | {m('mean_r'):.2f} | "
-                   f"{max(r.get('clipfrac', 0) for r in st):.3f} | {max(r.get('ratio_dev', 0) for r in st):.1e} | "
+                   f"{sum(r['zero_adv_groups'] for r in st)} / {sum(r['groups'] for r in st)} | "
+                   f"{m('mean_r'):.2f} | {max(r.get('clipfrac', 0) for r in st):.3f} | "
+                   f"{max(r.get('ratio_dev', 0) for r in st):.1e} | "
                    f"{m('update_rel'):.1e} | {m('t_step'):.1f} |")
     return "\n".join(out)
 
@@ -79,8 +86,8 @@ def window_table(runs):
     by = collections.defaultdict(list)
     for run in runs:
         by[run_name(run)].append(read_log(run)[0])
-    out = ["| method | seeds | steps | batch success | all-0 groups | groups in band | all-1 groups | mean depth ratio | "
-           "rollouts / step | s / step |", "|---|" + "---|" * 9]
+    out = ["| method | seeds | steps | batch success | all-0 groups | groups in band | all-1 groups | "
+           "mean depth ratio | rollouts / step | s / step |", "|---|" + "---|" * 9]
     for name, logs in by.items():
         n = max(len(st) for st in logs)
         edges = sorted({0, min(10, n), n} | set(range(50, n, 50)))
@@ -96,7 +103,8 @@ def window_table(runs):
 
 
 def trailing_mean(v, w=10):
-    """[n] -> [n - w + 1]: the mean of each w consecutive values (all of v's mean, once, when it is shorter)."""
+    """[n] -> [n - w + 1]: the mean of each w consecutive values (all of v's mean, once,
+    when it is shorter)."""
     w = min(w, len(v))
     return np.convolve(v, np.ones(w), "valid") / w if w else np.asarray(v, dtype=float)
 
@@ -133,17 +141,21 @@ def dynamics(runs, path):
         ax[2].plot(xs, sm([100 * (r["success"] or 0) for r in steps]), color=c, alpha=alpha, label=name)
         ax[3].plot(xs, sm([r["mean_r"] or 0 for r in steps]), color=c, alpha=alpha, label=f"{name} mean r")
         if hinted:
-            ax[3].plot(xs, sm([r["mu_global"] for r in steps]), ":", color=c, alpha=alpha, label=f"{name} mu_global")
+            ax[3].plot(xs, sm([r["mu_global"] for r in steps]), ":", color=c, alpha=alpha,
+                       label=f"{name} mu_global")
         for k in range(len(steps[0]["mu_k"]) if steps and hinted else 0):
-            ax[3].plot(xs, sm([r["mu_k"][k] for r in steps]), linestyle=["--", "-.", (0, (1, 3)), (0, (5, 1))][k % 4],
+            ax[3].plot(xs, sm([r["mu_k"][k] for r in steps]),
+                       linestyle=["--", "-.", (0, (1, 3)), (0, (5, 1))][k % 4],
                        color=c, alpha=0.5 * alpha, lw=0.8, label=f"{name} mu_k{k}")
         for key, ls in (("in_band", "-"), ("all0", "--"), ("all1", ":")):
             ax[4].plot(xs, sm([r[key] or 0 for r in steps]), ls, color=c, alpha=alpha, label=f"{name} {key}")
         for k in range(len(steps[0]["sigma_k"]) if steps and hinted else 0):
             ax[5].plot(xs, sm([r["sigma_k"][k] for r in steps]), ["-", "--", ":", "-."][k % 4], color=c,
                        alpha=alpha, label=f"{name} k{k}")
-    titles = [None, None, "batch success % at the scheduled depth", "depth: mean r, mu_global (:), mu_k (thin)",
-              "groups: in band [0.4, 0.6], all-0 (--), all-1 (:)", "sigma_k of hinted runs: k0, k1 (--), k2 (:)"]
+    titles = [None, None, "batch success % at the scheduled depth",
+              "depth: mean r, mu_global (:), mu_k (thin)",
+              "groups: in band [0.4, 0.6], all-0 (--), all-1 (:)",
+              "sigma_k of hinted runs: k0, k1 (--), k2 (:)"]
     titles = titles[:2] + [t + "; 10-step means" for t in titles[2:]]
     for a, t in zip(ax, titles):
         if t:
@@ -192,10 +204,13 @@ def run_summary(run, wall_s=None):
     steps, evals = read_log(run)
     return {"run": run, "cfg": cfg, "git_commit": cfg.get("git_commit", ""), "steps": len(steps),
             "final": evals[-1]["eval"] if evals else {}, "final_step": evals[-1]["step"] if evals else 0,
-            "best": best_evals(evals), "evals": evals, "rollouts": int(sum(r["rollouts_played"] for r in steps)),
+            "best": best_evals(evals), "evals": evals,
+            "rollouts": int(sum(r["rollouts_played"] for r in steps)),
             "s_per_step": float(np.mean([r["t_step"] for r in steps])) if steps else float("nan"),
-            "rollouts_per_step": float(np.mean([r["rollouts_played"] for r in steps])) if steps else float("nan"),
-            "wall_s": wall_s, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+            "rollouts_per_step": (float(np.mean([r["rollouts_played"] for r in steps]))
+                                  if steps else float("nan")),
+            "wall_s": wall_s,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
 def best_evals(evals):
@@ -210,12 +225,14 @@ def best_evals(evals):
 
 
 def eval_label(key):
-    """'val' -> 'validation greedy', 'val_sampled' -> 'sampled', 'valid_seen_sampled' -> 'valid_seen sampled'."""
+    """'val' -> 'validation greedy', 'val_sampled' -> 'sampled',
+    'valid_seen_sampled' -> 'valid_seen sampled'."""
     if key in ("val", "val_sampled"):
         return "validation greedy" if key == "val" else "sampled"
     name = key[:-len("_sampled")] if key.endswith("_sampled") else key
     name = "authors' draw on " + name[len("authors_"):] if name.startswith("authors_") else name
-    return name.replace("train_panel", "train panel") + (" sampled" if key.endswith("_sampled") else " greedy")
+    return (name.replace("train_panel", "train panel")
+            + (" sampled" if key.endswith("_sampled") else " greedy"))
 
 
 def end_lines(summary, out_dir):
@@ -230,14 +247,16 @@ def end_lines(summary, out_dir):
              (f" (best {100 * best[k]['value']:.1f}% at {best[k]['step']})" if k in best else "")
              for k in keys if a.get(k) is not None and b.get(k) is not None]
     wall = summary.get("wall_s")
-    return (f"[done] hint-free success, step {ev[0]['step']} -> {ev[-1]['step']}: " + (" | ".join(parts) or "no eval")
+    return (f"[done] hint-free success, step {ev[0]['step']} -> {ev[-1]['step']}: "
+            + (" | ".join(parts) or "no eval")
             + (f" | wall {wall / 60:.1f} min" if wall else "") + "\n"
             f"[done] files: {out_dir}/ (log.jsonl, summary.json, config.json, transcripts/, ckpt_*)  "
             f"figure: python eval.py dynamics {out_dir} --out {os.path.join(out_dir, 'dynamics.png')}")
 
 
 def env_label(cfg):
-    """'alfworld', 'webshop' (the official environment) or 'webshop-lite': lite numbers are never WebShop's."""
+    """'alfworld', 'webshop' (the official environment) or 'webshop-lite':
+    lite numbers are never WebShop's."""
     env = cfg.get("env", "alfworld")
     return "webshop-lite" if env == "webshop" and cfg.get("webshop_backend", "lite") == "lite" else env
 
@@ -269,17 +288,21 @@ def run_flags(cfg):
     return " ".join(out)
 
 
-TABLE_SECTIONS = [("Tables 1-2: main comparison", ("main", "released")), ("Table 3: ablations", ("ablations",)),
+TABLE_SECTIONS = [("Tables 1-2: main comparison", ("main", "released")),
+                  ("Table 3: ablations", ("ablations",)),
                   ("Table 8: clusters (K = 3 is g2)", ("clusters",)), ("SFT baselines", ("sft",)),
                   ("WebShop (Tables 1-2)", ("webshop",)), ("Hint sources", ("hints",)),
                   ("Beyond the paper", ("beyond",))]  # the paper's tables, over config.METHODS' groups
 
 
 def paper_tables():
-    """[(section title, [method names])] in config.METHODS' order; WebShop's methods (ws_*) in its own section."""
+    """[(section title, [method names])] in config.METHODS' order;
+    WebShop's methods (ws_*) in its own section."""
     def section(name, group):
-        return next(title for title, groups in TABLE_SECTIONS if ("webshop" if name.startswith("ws_") else group) in groups)
-    return [(title, [n for n, (g, _) in METHODS.items() if section(n, g) == title]) for title, _ in TABLE_SECTIONS]
+        return next(title for title, groups in TABLE_SECTIONS
+                    if ("webshop" if name.startswith("ws_") else group) in groups)
+    return [(title, [n for n, (g, _) in METHODS.items() if section(n, g) == title])
+            for title, _ in TABLE_SECTIONS]
 
 
 def table(runs):
@@ -297,9 +320,9 @@ def table(runs):
         groups[(env_label(c), c.get("preset"), data)].append(s)
     out = [f"note: these runs come from {len(groups)} different (environment, preset, data) settings; "
            "one table each, never mixed"] if len(groups) > 1 else []
-    ci_note = ("\n[lo–hi]: 95 % Wilson interval of the row's final-eval games pooled over its seeds. Every seed plays "
-               "the same games, so it covers their binomial noise only, not seed-to-seed spread. Runs logged before "
-               "success counts were have none.")
+    ci_note = ("\n[lo–hi]: 95 % Wilson interval of the row's final-eval games pooled over its seeds. "
+               "Every seed plays the same games, so it covers their binomial noise only, "
+               "not seed-to-seed spread. Runs logged before success counts were have none.")
     for (env, preset, data), ss in groups.items():
         rows = collections.defaultdict(list)
         for s in ss:
@@ -312,7 +335,8 @@ def table(runs):
         # the paper presets' splits and the authors' draw: the last evaluation and the best one, side by side
         # (the paper may report either); sampled (T = 0.4 there) first, then greedy
         named = sorted({k for s in ss for k in s["final"] if k.startswith(("valid_", "authors_"))},
-                       key=lambda k: (k.startswith("authors_"), k.replace("_sampled", ""), not k.endswith("_sampled")))
+                       key=lambda k: (k.startswith("authors_"), k.replace("_sampled", ""),
+                                      not k.endswith("_sampled")))
         sets += [(k, when) for k in named for when in ("last", "best")]
         out.append(f"\n**{env} / preset {preset} / {data}**\n")
         out.append("| method | seeds | " + " | ".join(column_name(k) for k in sets) +
@@ -326,8 +350,10 @@ def table(runs):
                 out.append(f"| *{last}* |" + " |" * (len(sets) + 5))
             cells = [mean_std([100 * r["best"][k[0]]["value"] for r in rs if k[0] in r.get("best", {})])
                      if isinstance(k, tuple) and k[1] == "best" else
-                     mean_std([100 * r["final"][k[0]] for r in rs if k[0] in r["final"]]) if isinstance(k, tuple) else
-                     mean_std([100 * r["final"][k] for r in rs if k in r["final"]]) + pooled_ci(rs, k) for k in sets]
+                     mean_std([100 * r["final"][k[0]] for r in rs if k[0] in r["final"]])
+                     if isinstance(k, tuple) else
+                     mean_std([100 * r["final"][k] for r in rs if k in r["final"]]) + pooled_ci(rs, k)
+                     for k in sets]
             flags = sorted({run_flags(r["cfg"]) for r in rs})
             commits = ",".join(sorted({r["cfg"].get("git_commit", "?") for r in rs}))
             out.append(f"| {label} | {len(rs)} | " + " | ".join(cells) +
@@ -349,7 +375,8 @@ def table(runs):
 
 
 def column_name(k):
-    """A table column: 'val %', 'val score', or ('valid_seen_sampled', 'best') -> 'valid_seen_sampled % best'."""
+    """A table column: 'val %', 'val score', or ('valid_seen_sampled', 'best') ->
+    'valid_seen_sampled % best'."""
     if isinstance(k, tuple):
         return f"{k[0]} % {k[1]}"
     return k[:-6] + " score" if k.endswith("_score") else f"{k} %"

@@ -50,8 +50,9 @@ def user_message(task, room, history, obs, admissible, step, cfg):
         for i, (o, a) in enumerate(past, start=step - len(past) + 1):
             lines += [f"[Observation {i}] {o}", f"[Action {i}] {a}"]
     lines += [f"Current observation: {obs}", "The actions you can take now: " + ", ".join(admissible),
-              "First reason briefly inside <think> </think>, then reply with exactly one of the actions inside "
-              "<action> </action>." + (" For search[<query>], write the query yourself." if cfg.env == "webshop" else "")]
+              "First reason briefly inside <think> </think>, then reply with exactly one of the actions "
+              "inside <action> </action>."
+              + (" For search[<query>], write the query yourself." if cfg.env == "webshop" else "")]
     return "\n".join(lines)
 
 
@@ -61,7 +62,9 @@ def expert_reply(action, think=None):
     "<think>{think}</think>\n<action>{action}</action>" as the authors render their prefix-SFT targets (an
     empty think when the expert gave none) [ZJU-REAL/Agent-G2 agent_system/multi_turn_rollout/rollout_loop.py,
     _build_prefix_sft_batch]."""
-    return f"<action>{action}</action>" if think is None else f"<think>{think}</think>\n<action>{action}</action>"
+    if think is None:
+        return f"<action>{action}</action>"
+    return f"<think>{think}</think>\n<action>{action}</action>"
 
 
 def target_think(thinks, t, cfg):
@@ -134,7 +137,8 @@ def parse_action(text, finished=True):
 
 # ----------------------------------------------------------------------------------------------
 # Engines: generate(prompts, max_new_tokens, temperature, seed, allowed) -> [{"ids", "logprobs", "finished"}]
-#          allowed: per prompt, the token sequences of every admissible reply (choice_ids), or None (free text)
+#          allowed: per prompt, the token sequences of every admissible reply (choice_ids),
+#                   or None (free text)
 #          load_weights(named_tensors)
 # ----------------------------------------------------------------------------------------------
 def _free_head():
@@ -157,8 +161,8 @@ def expert_ids(tok, action, think=None):
     tokenizer may merge '[' with the query's first letters). think: as expert_reply."""
     reply, head = expert_reply(action, think), _free_head()
     if reply.startswith(head):
-        return tok.encode(head, add_special_tokens=False) + tok.encode(reply[len(head):], add_special_tokens=False) \
-            + [tok.eos_token_id]
+        return (tok.encode(head, add_special_tokens=False)
+                + tok.encode(reply[len(head):], add_special_tokens=False) + [tok.eos_token_id])
     return tok.encode(reply, add_special_tokens=False) + [tok.eos_token_id]
 
 
@@ -227,7 +231,8 @@ class HFEngine:
                                     output_logits=True, return_dict_in_generate=True, **kw)
             seq = g.sequences[:, P:]  # [b, T]
             n = [s.index(eos) + 1 if eos in s else len(s) for s in seq.tolist()]
-            opts = pad_options([trie_options(seq[i, :n[i]].tolist(), tries[i]) if allowed is not None else None
+            opts = pad_options([trie_options(seq[i, :n[i]].tolist(), tries[i])
+                                if allowed is not None else None
                                 for i in range(len(chunk))], seq.shape[1], self.device)
             # the distribution that was sampled: raw logits, restricted to the trie, at the temperature
             lp = token_logprobs(torch.stack(g.logits, 1), seq, opts, temperature)  # [b, T]
@@ -243,7 +248,8 @@ def sync_check(engine, model, row, pad_id, device, cfg, seed=0, ctx=contextlib.n
     landed)."""
     allowed = [row["allowed"]] if "allowed" in row else None
     o = engine.generate([row["prompt_ids"]], cfg.max_new_tokens, 0.0, seed, allowed)[0]
-    chk = {"prompt_ids": row["prompt_ids"], "response_ids": o["ids"], **({"allowed": row["allowed"]} if allowed else {})}
+    chk = {"prompt_ids": row["prompt_ids"], "response_ids": o["ids"],
+           **({"allowed": row["allowed"]} if allowed else {})}
     with torch.no_grad(), ctx():  # ctx: the trainer's precision (bf16 autocast), around the scoring only
         lp = response_logprobs(model, [chk], pad_id, device, 1.0)[0][0].cpu()
     return (lp - torch.tensor(o["logprobs"])).abs().max().item()
@@ -294,7 +300,8 @@ class VLLMEngine:
             rs = seed63(seed * 100003 + i) if torch.cuda.is_available() else None
             if allowed is not None and not self.constrained:
                 raise ValueError("this vLLM engine was built without the trie mask (constrained=False)")
-            params.append(SamplingParams(n=1, temperature=temperature, top_p=1.0, top_k=0 if temperature > 0 else -1,
+            params.append(SamplingParams(n=1, temperature=temperature, top_p=1.0,
+                                         top_k=0 if temperature > 0 else -1,
                                          max_tokens=max_new_tokens, logprobs=0, seed=rs,
                                          extra_args={"allowed": allowed[i]} if allowed is not None else None))
         res = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
@@ -320,17 +327,20 @@ class VLLMEngine:
             self.llm.wake_up()
 
 
-def engine_kwargs(model_path, dtype, seed, max_model_len, gpu_mem, kv_gb, sleep, constrained, cuda, distributed):
+def engine_kwargs(model_path, dtype, seed, max_model_len, gpu_mem, kv_gb,
+                  sleep, constrained, cuda, distributed):
     """The arguments of vllm.LLM (vLLM 0.32) and the environment it needs. -> (kwargs, env vars to set).
     - logits_processors only with --constrained 1, and then the V1 model runner: on CUDA vLLM 0.32 defaults to
       its V2 runner when Triton is present (vllm/config/vllm.py, VllmConfig.use_v2_model_runner), and V2
       rejects any processor that does not subclass its own LogitsProcessor
-      (vllm/v1/worker/gpu/sample/logits_processor/loader.py). The CPU backend has no Triton and always runs V1.
+      (vllm/v1/worker/gpu/sample/logits_processor/loader.py). The CPU backend has no Triton and
+      always runs V1.
     - kv_gb > 0: a KV cache of exactly that size (kv_cache_memory_bytes, which overrides
       gpu_memory_utilization), so the engine takes what the rollouts need instead of a share of the card;
       kv_gb <= 0: vLLM sizes it from gpu_memory_utilization."""
-    kw = dict(model=model_path, dtype=dtype, seed=seed, max_model_len=max_model_len, enable_prefix_caching=True,
-              enforce_eager=not cuda, enable_sleep_mode=bool(sleep and cuda), logprobs_mode="processed_logprobs")
+    kw = dict(model=model_path, dtype=dtype, seed=seed, max_model_len=max_model_len,
+              enable_prefix_caching=True, enforce_eager=not cuda, enable_sleep_mode=bool(sleep and cuda),
+              logprobs_mode="processed_logprobs")
     env = {}
     if constrained:
         kw["logits_processors"] = [trie_mask_processor()]
@@ -376,7 +386,8 @@ def trie_mask_processor():
 
 VLLM_NOISE = {  # logger -> starts of messages that ask nothing of a user of this repo (vLLM 0.32, CPU build)
     "vllm.engine.arg_utils": ("The global random seed is set",),  # we seed on purpose, in-process
-    "vllm.config.vllm": ("Enforce eager set", "Inductor compilation was disabled", "Model Runner V2 requires Triton"),
+    "vllm.config.vllm": ("Enforce eager set", "Inductor compilation was disabled",
+                         "Model Runner V2 requires Triton"),
     "vllm.platforms.cpu": ("Triton is not installed", "Reset SSM cache type"),
     "vllm.triton_utils.importing": ("Triton is installed, but doesn't include CPU backend",),
     "vllm.v1.worker.cpu_worker": ("libtcmalloc is not found", "libiomp is not found",
@@ -442,10 +453,11 @@ def make_engine(cfg, model_path, tok, device, seed, seqs=1):
             ctx = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)
             if ctx and max_len > ctx:
                 raise SystemExit(f"error: --max_prompt_tokens {cfg.max_prompt_tokens} + --max_new_tokens "
-                                 f"{cfg.max_new_tokens} = {max_len} exceeds {model_path}'s context of {ctx} tokens")
+                                 f"{cfg.max_new_tokens} = {max_len} exceeds {model_path}'s context of "
+                                 f"{ctx} tokens")
         kv = cfg.vllm_kv_gb or (kv_cache_gb(model_path, seqs, max_len) if device != "cpu" else 0.0)
-        return VLLMEngine(model_path, tok, seed, "float32" if device == "cpu" else "bfloat16", max_len, cfg.vllm_mem,
-                          cfg.vllm_sleep, cfg.constrained, kv, cfg.vllm_log == "quiet")
+        return VLLMEngine(model_path, tok, seed, "float32" if device == "cpu" else "bfloat16", max_len,
+                          cfg.vllm_mem, cfg.vllm_sleep, cfg.constrained, kv, cfg.vllm_log == "quiet")
     return HFEngine(model_path, tok, device, torch.float32 if device == "cpu" else torch.bfloat16)
 
 
@@ -469,8 +481,9 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
     eps = []
     for gid, g in enumerate(groups):
         for _ in range(g["R"]):
-            eps.append({"eid": _new_eid(), "gid": gid, "task": g["task"], "n": g["n"], "rows": [], "done": False,
-                        "won": False, "invalid": 0, "error": None, "thinks": g.get("thinks") or [],
+            eps.append({"eid": _new_eid(), "gid": gid, "task": g["task"], "n": g["n"], "rows": [],
+                        "done": False, "won": False, "invalid": 0, "error": None,
+                        "thinks": g.get("thinks") or [],
                         "played": list(g["prefix"])})  # played: the prefix, then the valid actions taken
     t0 = time.time()
     res = pool.run([("reset", e["eid"], e["task"]["gamefile"], e["played"]) for e in eps])
@@ -482,8 +495,8 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
             e.update(done=True, error=r["error"])
             st["errors"] += 1
             continue
-        e.update(obs=r["obs"], admissible=r["admissible"], history=list(map(tuple, r["history"])), won=r["won"],
-                 goal=r["task"], room=r["room_short" if cfg.prompt == "compact" else "room"],
+        e.update(obs=r["obs"], admissible=r["admissible"], history=list(map(tuple, r["history"])),
+                 won=r["won"], goal=r["task"], room=r["room_short" if cfg.prompt == "compact" else "room"],
                  score=r.get("score", float(r["won"])))
         e["steps"] = len(e["history"])  # prefix steps count against max_steps
         st["prefix_steps"] += e["steps"]
@@ -492,7 +505,8 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
             n_prefix = len(r["prefix_steps"])
             for t, (o, adm, a) in enumerate(r["prefix_steps"]):
                 ids, _ = fit_prompt(tok, e["goal"], e["room"], e["history"][:t], o, adm, t, cfg)
-                aux.append({"prompt_ids": ids, "response_ids": expert_ids(tok, a, target_think(e["thinks"], t, cfg)),
+                aux.append({"prompt_ids": ids,
+                            "response_ids": expert_ids(tok, a, target_think(e["thinks"], t, cfg)),
                             "gid": e["gid"], "t": t, "n": n_prefix})
         e["done"] = e["won"] or e["steps"] >= cfg.max_steps
     turn = 0
@@ -502,7 +516,8 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
             break
         prompts = []
         for e in live:
-            ids, tr = fit_prompt(tok, e["goal"], e["room"], e["history"], e["obs"], e["admissible"], e["steps"], cfg)
+            ids, tr = fit_prompt(tok, e["goal"], e["room"], e["history"], e["obs"], e["admissible"],
+                                 e["steps"], cfg)
             st["truncated"] += tr
             st["prompts"] += 1
             prompts.append(ids)
@@ -515,8 +530,8 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
             st["gen_tokens"] += len(o["ids"])
             text = tok.decode(o["ids"], skip_special_tokens=True)
             action, ok = read_reply(text, o["finished"], cfg)
-            e["rows"].append({"prompt_ids": p, "response_ids": o["ids"], "logprobs": o["logprobs"], "gid": e["gid"],
-                              "eid": e["eid"], "t": e["steps"], "valid": ok, "text": text,
+            e["rows"].append({"prompt_ids": p, "response_ids": o["ids"], "logprobs": o["logprobs"],
+                              "gid": e["gid"], "eid": e["eid"], "t": e["steps"], "valid": ok, "text": text,
                               **({"allowed": allowed[j]} if allowed is not None else {})})
             reqs.append(("step", e["eid"], action if action is not None else ""))
         t0 = time.time()
@@ -544,11 +559,12 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
     for e in eps:
         reward = cfg.reward_scale * float(e["won"]) - cfg.invalid_penalty * e["invalid"]
         episodes.append({"eid": e["eid"], "gid": e["gid"], "task_id": e["task"]["id"], "n": e["n"],
-                         "played": e["played"], "won": bool(e["won"]), "reward": reward, "steps": e.get("steps", 0),
+                         "played": e["played"], "won": bool(e["won"]), "reward": reward,
+                         "steps": e.get("steps", 0),
                          "score": float(e.get("score", 0.0)) if not e["error"] else 0.0,
                          "invalid": e["invalid"], "error": e["error"]})
-        for r, rr in zip(e["rows"], step_rewards(e["won"], [not x["valid"] for x in e["rows"]], cfg.reward_scale,
-                                                 cfg.invalid_penalty, cfg.adv_level)):
+        for r, rr in zip(e["rows"], step_rewards(e["won"], [not x["valid"] for x in e["rows"]],
+                                                 cfg.reward_scale, cfg.invalid_penalty, cfg.adv_level)):
             r["reward"] = rr  # traj: the episode's reward; step (released): won minus this step's own penalty
             rows.append(r)
     st["t_total"] = time.time() - t_start
@@ -590,14 +606,16 @@ class Prober:
     group is the one trained on. Its cost is reported separately."""
 
     def __init__(self, engine, pool, tok, tasks, cfg, seed, source):
-        self.args, self.tasks, self.cfg, self.seed, self.source = (engine, pool, tok), tasks, cfg, seed, source
+        self.args = (engine, pool, tok)
+        self.tasks, self.cfg, self.seed, self.source = tasks, cfg, seed, source
         self.groups, self.stats, self.calls = {}, {}, 0
 
     def __call__(self, pairs):
         todo = [(i, n) for i, n in pairs if (i, n) not in self.groups]
         if todo:
             self.calls += 1
-            out = rollout(*self.args, [group(self.source, self.tasks[i], n, self.cfg.group_size) for i, n in todo],
+            out = rollout(*self.args,
+                          [group(self.source, self.tasks[i], n, self.cfg.group_size) for i, n in todo],
                           self.cfg, self.seed * 7919 + self.calls)
             for k, v in out["stats"].items():
                 self.stats[k] = self.stats.get(k, 0) + v

@@ -1,6 +1,6 @@
-"""Guidance-depth schedulers: Agent-G² (method §2), the released code's variants (§2.1), every baseline (§3)
-and the rules beyond the paper. Pure: no model, no environment. State in, depths out; statistics in, state
-out.
+"""Guidance-depth schedulers: Agent-G² (method §2), the released code's variants (§2.1), every baseline
+(§3) and the rules beyond the paper. Pure: no model, no environment. State in, depths out; statistics in,
+state out.
 
     sched = Scheduler(cfg, task_ids, lengths, seed=0)  # lengths: expert length L per task (None: no hint yet)
     plan = sched.depths(tasks, step, probe)   # tasks: [{"id", "L", "tok_cum"?}] -> plan["n"], plan["r"]
@@ -67,7 +67,8 @@ class Scheduler:
         self.rng = np.random.default_rng(seed)
         known = [(t, L) for t, L in zip(self.ids, lengths) if L is not None]  # a task without a hint waits
         mode = "quantile" if cfg.cluster_mode == "online" else cfg.cluster_mode
-        cl, self.thresholds = make_clusters([L for _, L in known], self.K, mode, self.rng) if known else ([], [])
+        cl, self.thresholds = (make_clusters([L for _, L in known], self.K, mode, self.rng) if known
+                               else ([], []))
         self.cluster = {t: int(k) for (t, _), k in zip(known, cl)}  # task id -> k(i)
         self.mu_global = cfg.mu0  # method §2 step 5: starts at 0.8
         self.A, self.V = np.zeros(self.K), np.zeros(self.K)  # per cluster: EMAs of success and its variance
@@ -86,7 +87,8 @@ class Scheduler:
 
     def draw(self, mu, sigma):
         """z ~ N(mu, sigma^2), r = clip(z, 0, 1) (released: [0, cap]). Ablations: SAMPLERS (uniform, none)."""
-        z = self.rng.normal(mu, sigma) if self.cfg.sampling == "gaussian" else SAMPLERS[self.cfg.sampling](self, mu, sigma)
+        z = (self.rng.normal(mu, sigma) if self.cfg.sampling == "gaussian"
+             else SAMPLERS[self.cfg.sampling](self, mu, sigma))
         return float(np.clip(z, 0.0, self.cfg.cap))
 
     def prefix(self, r, task):  # ratio -> prefix steps (released: in token units, with its step cap)
@@ -105,7 +107,8 @@ class Scheduler:
             if t["L"] is not None and t["L"] < 1:
                 raise ValueError(f"task {t['id']}: expert length L must be >= 1, got {t['L']}")
         if c.prefix_unit == "token" and any("tok_cum" not in t for t in tasks if t["L"]):
-            raise ValueError("prefix_unit 'token' needs each task's tok_cum (token_offsets of its walkthrough)")
+            raise ValueError("prefix_unit 'token' needs each task's tok_cum "
+                             "(token_offsets of its walkthrough)")
         if c.cluster_mode == "online" and step > 0 and step % c.recluster_every == 0:
             recluster(self)  # [beyond]
         hinted = [j for j, t in enumerate(tasks) if t["L"]]
@@ -120,7 +123,8 @@ class Scheduler:
             n, spent = hybrid_probe(self, tasks, n, probe, step)  # [beyond]
         self.probe_rollouts += spent
         self.step = step
-        return {"n": n, "r": [ni / t["L"] if t["L"] else 0.0 for ni, t in zip(n, tasks)], "probe_rollouts": spent}
+        return {"n": n, "r": [ni / t["L"] if t["L"] else 0.0 for ni, t in zip(n, tasks)],
+                "probe_rollouts": spent}
 
     def update(self, task_ids, p_hat, flags=None):
         """Step 5, from the same batch: acc_B = mean success; mu_global += sign(p_target - acc_B) Delta,
@@ -143,7 +147,8 @@ class Scheduler:
         # task means) [ZJU-REAL/Agent-G2 gmsv/alfworld.py, update_after_train_batch: the mean over rollouts]
         acc = float(np.concatenate(f).mean()) if f is not None else float(p.mean())
         self.n_updates += 1
-        step = c.Delta * float(np.sign(c.p_target - acc)) if c.mu_update == "sign" else MU_UPDATES[c.mu_update](c, acc)
+        step = (c.Delta * float(np.sign(c.p_target - acc)) if c.mu_update == "sign"
+                else MU_UPDATES[c.mu_update](c, acc))
         self.mu_global = float(np.clip(self.mu_global + step, 0.0, c.cap))
         ks = np.array([self.cluster[t] for t in ids])
         for k in np.unique(ks):  # only the clusters with a kept episode in the batch move
@@ -164,24 +169,27 @@ class Scheduler:
 
     # ---- logging and checkpoints ----
     def stats(self):
-        """What the log shows: the shared statistics, each cluster's mu / sigma as the rule draws them, the rule's own."""
+        """What the log shows: the shared statistics, each cluster's mu / sigma as the rule draws them,
+        the rule's own."""
         ms = [self.rule.mu_sigma(k, self.step) for k in range(self.K)]
-        return {"mu_global": self.mu_global, "A": self.A.tolist(), "V": self.V.tolist(), "mu_k": [m for m, _ in ms],
-                "sigma_k": [s for _, s in ms], "thresholds": list(self.thresholds),
-                "probe_rollouts_total": self.probe_rollouts, **self.rule.stats()}
+        return {"mu_global": self.mu_global, "A": self.A.tolist(), "V": self.V.tolist(),
+                "mu_k": [m for m, _ in ms], "sigma_k": [s for _, s in ms],
+                "thresholds": list(self.thresholds), "probe_rollouts_total": self.probe_rollouts,
+                **self.rule.stats()}
 
     FIXED = ("cfg", "name", "K", "ids", "rule")  # set by __init__ from its arguments, never changed
 
     def state_dict(self):
         """Every attribute but FIXED (a new one is saved without a line here) and the rule's own state,
         JSON-able (encode_state: numpy arrays and int-keyed dicts keep their types); the RNG as its state."""
-        sd = {k: v.bit_generator.state if k == "rng" else v for k, v in vars(self).items() if k not in self.FIXED}
+        sd = {k: v.bit_generator.state if k == "rng" else v
+              for k, v in vars(self).items() if k not in self.FIXED}
         return {**encode_state(sd, "scheduler"), "rule": encode_state(self.rule.state(), f"rule {self.name}")}
 
     def load_state_dict(self, sd):
         if "rule" not in sd:
-            raise ValueError("scheduler state without a 'rule' entry: a checkpoint written before rules owned their "
-                             "state; it cannot be resumed with this version")
+            raise ValueError("scheduler state without a 'rule' entry: a checkpoint written before rules "
+                             "owned their state; it cannot be resumed with this version")
         for k, v in decode_state({k: v for k, v in sd.items() if k != "rule"}).items():
             if k == "rng":
                 self.rng.bit_generator.state = v
@@ -241,8 +249,8 @@ class Rule:
 def register(cls):
     """Add a Rule subclass to RULES (and its knobs to the config)."""
     if cls.knobs and KNOBS_TAKEN[0]:
-        raise RuntimeError(f"rule {cls.name!r} with knobs: config.Config is already built; register rules with their "
-                           "own flags in scheduler.py itself")
+        raise RuntimeError(f"rule {cls.name!r} with knobs: config.Config is already built; register rules "
+                           "with their own flags in scheduler.py itself")
     RULES[cls.name] = cls
     KNOBS.update(cls.knobs)
     return cls
@@ -274,14 +282,15 @@ def encode_state(value, where):
         if value and all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in value):
             return {"__int_keys__": [[int(k), encode_state(v, f"{where}[{k}]")] for k, v in value.items()]}
         if not all(isinstance(k, str) for k in value):
-            raise TypeError(f"{where}: dict keys must be all str or all int to be saved, got {sorted(map(repr, value))[:3]}")
+            raise TypeError(f"{where}: dict keys must be all str or all int to be saved, "
+                            f"got {sorted(map(repr, value))[:3]}")
         return {k: encode_state(v, f"{where}.{k}") for k, v in value.items()}
     if isinstance(value, list):
         return [encode_state(v, f"{where}[{j}]") for j, v in enumerate(value)]
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    raise TypeError(f"{where}: a {type(value).__name__} cannot be saved in a checkpoint; keep state in numpy arrays, "
-                    "lists, dicts and numbers")
+    raise TypeError(f"{where}: a {type(value).__name__} cannot be saved in a checkpoint; keep state in "
+                    "numpy arrays, lists, dicts and numbers")
 
 
 def decode_state(value):
@@ -313,7 +322,8 @@ def token_offsets(tok, walkthrough):
     drift); actions are stripped as the authors strip them [ZJU-REAL/Agent-G2 gmsv/alfworld.py,
     build_step_end_offsets]."""
     acts = [str(a).strip() for a in walkthrough]
-    return [len(tok.encode(render_prefix(acts[:j]), add_special_tokens=False)) for j in range(1, len(acts) + 1)]
+    return [len(tok.encode(render_prefix(acts[:j]), add_special_tokens=False))
+            for j in range(1, len(acts) + 1)]
 
 
 def token_prefix_len(r, L, tok_cum, max_steps=None):
@@ -407,13 +417,15 @@ def _progress(s, step):
 
 def simple_rule(name, help, depth):
     """[baseline] A stateless rule from its depth function depth(s, task, step)."""
-    return register(type(f"Rule_{name}", (Rule,), {"name": name, "help": help,
-                                                   "depth": lambda self, task, step: depth(self.s, task, step)}))
+    return register(type(f"Rule_{name}", (Rule,),
+                         {"name": name, "help": help,
+                          "depth": lambda self, task, step: depth(self.s, task, step)}))
 
 
 simple_rule("none", "plain GRPO: no hint", lambda s, t, step: 0)
 simple_rule("fixed", "ratio --fixed_ratio throughout", lambda s, t, step: s.prefix(s.cfg.fixed_ratio, t))
-simple_rule("linear", "ratio 1 -> 0 linearly over --steps", lambda s, t, step: s.prefix(1.0 - _progress(s, step), t))
+simple_rule("linear", "ratio 1 -> 0 linearly over --steps",
+            lambda s, t, step: s.prefix(1.0 - _progress(s, step), t))
 simple_rule("cosine", "ratio cos(pi/2 * progress)",
             lambda s, t, step: s.prefix(max(0.0, math.cos(math.pi / 2 * _progress(s, step))), t))
 simple_rule("step", "L-1 steps, one fewer every --step_every",
@@ -480,8 +492,8 @@ class Enum(Rule):
             if not t["L"]:
                 continue
             top = min(t["L"] - 1, c.max_steps - 1)
-            g = {min(prefix_len(r, t["L"]), top) for r in np.arange(0, 1 + 1e-9, c.enum_grid)} if c.enum_grid > 0 \
-                else set(range(top + 1))
+            g = ({min(prefix_len(r, t["L"]), top) for r in np.arange(0, 1 + 1e-9, c.enum_grid)}
+                 if c.enum_grid > 0 else set(range(top + 1)))
             grids[j] = sorted(g)
         pairs = [(i, n) for i, g in grids.items() for n in g]
         tried = {j: {} for j in grids}
@@ -503,7 +515,8 @@ class G2UCB(Rule):
 
     def mu_sigma(self, k, step):  # the centre it draws from, bonus included
         mu, sigma = self.s.mu_sigma(k)
-        return min(mu + self.s.cfg.ucb_c * math.sqrt(math.log(step + 1) / (self.s.N[k] + 1)), self.s.cfg.cap), sigma
+        bonus = self.s.cfg.ucb_c * math.sqrt(math.log(step + 1) / (self.s.N[k] + 1))
+        return min(mu + bonus, self.s.cfg.cap), sigma
 
     def depth(self, task, step):
         return self.s.prefix(self.s.draw(*self.mu_sigma(self.s.cluster[task["id"]], step)), task)
@@ -526,8 +539,10 @@ class G2Mix(Rule):
 
     def components(self, k):  # -> (centres [2], spreads [2], weights [2]) of cluster k
         s, c = self.s, self.s.cfg
-        mus = np.clip(s.mu_global + c.lam * (c.p_target - self.A[k]) + np.array([-c.mix_gap, c.mix_gap]), 0.0, c.cap)
-        return mus, np.maximum(c.gamma * self.V[k], c.sigma_min), (self.V[k] + 0.05) / (self.V[k] + 0.05).sum()
+        mus = np.clip(s.mu_global + c.lam * (c.p_target - self.A[k]) + np.array([-c.mix_gap, c.mix_gap]),
+                      0.0, c.cap)
+        return (mus, np.maximum(c.gamma * self.V[k], c.sigma_min),
+                (self.V[k] + 0.05) / (self.V[k] + 0.05).sum())
 
     def depth(self, task, step):
         mus, sigmas, w = self.components(self.s.cluster[task["id"]])

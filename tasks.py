@@ -2,7 +2,8 @@
 order.
 
     tasks = tasks_for(cfg, "train")   # [{"id", "gamefile", "task_type", "walkthrough", "L"(, "thinks")}]
-    idx = batch_indices(step, B, len(tasks), seed)  # the step's |B| tasks: a pure function of the step (resume)
+    # the step's |B| tasks: a pure function of the step (resume)
+    idx = batch_indices(step, B, len(tasks), seed)
     python envs.py stats              # split sizes + expert lengths (length_table)
 
 ALFWorld's built-in games ship in data/alfworld_builtin.tar.gz (extracted to the cache once) and the official
@@ -22,7 +23,8 @@ import tempfile
 import numpy as np
 
 from hints import attach_expert_data, read_expert_file
-from webshop import WEBSHOP_SPLITS, WebShopEnv, goal_target_key, scripted_expert, webshop_spec, webshop_split_indices
+from webshop import (WEBSHOP_SPLITS, WebShopEnv, goal_target_key, scripted_expert, webshop_spec,
+                     webshop_split_indices)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILTIN_TAR = os.path.join(HERE, "data", "alfworld_builtin.tar.gz")
@@ -107,9 +109,10 @@ def load_tasks(split, games="builtin", cache=None, task_types=None, verbose=Fals
         tasks.append({"id": os.path.relpath(d, root), "gamefile": gf, "task_type": tt,
                       "walkthrough": walk, "L": len(walk)})
     if unhinted and not keep_unhinted:
-        raise ValueError(f"{games} {split}: {len(unhinted)} games without a walkthrough (e.g. {unhinted[0]}); "
-                         "the expert hint source has nothing to replay for them. Use --hint_source self or "
-                         "mixed to keep them (hinted by the policy's own wins), or remove them.")
+        raise ValueError(f"{games} {split}: {len(unhinted)} games without a walkthrough "
+                         f"(e.g. {unhinted[0]}); the expert hint source has nothing to replay for them. "
+                         "Use --hint_source self or mixed to keep them (hinted by the policy's own wins), "
+                         "or remove them.")
     if verbose:
         print(f"[envs] {games} {split}: {len(tasks)} games from {split_dir}")
     return tasks
@@ -151,12 +154,15 @@ def load_webshop_tasks(split, spec, cache=None, expert_data="", verbose=False, o
         keep = set(only)
         idx = [i for i in idx if i in keep]
     if not idx:
-        raise ValueError(f"WebShop {spec['backend']}: {len(env.goals)} goals, none in split {name} {lo}..{hi}")
+        raise ValueError(f"WebShop {spec['backend']}: {len(env.goals)} goals, "
+                         f"none in split {name} {lo}..{hi}")
     walks, path = {}, None
     if spec["backend"] == "official" and name == "train":
-        key = hashlib.sha1(json.dumps([(g["asin"], g["instruction_text"]) for g in env.goals]).encode()).hexdigest()
+        goals_json = json.dumps([(g["asin"], g["instruction_text"]) for g in env.goals])
+        key = hashlib.sha1(goals_json.encode()).hexdigest()
         path = os.path.join(cache or cache_dir(), f"webshop_official_experts_{key[:12]}.json")
-        walks = {**({int(k): v for k, v in json.load(open(path)).items()} if os.path.exists(path) else {}), **walks}
+        walks = {**({int(k): v for k, v in json.load(open(path)).items()} if os.path.exists(path) else {}),
+                 **walks}
     experts = {}
     # the goals an entry matches keep it; the others get the scripted expert
     if expert_data and name == "train":
@@ -170,7 +176,8 @@ def load_webshop_tasks(split, spec, cache=None, expert_data="", verbose=False, o
     for i in idx:
         if i in experts:
             tasks.append({"id": f"webshop-{spec['backend']}/{i}", "gamefile": i,
-                          "task_type": env.goals[i].get("category", "webshop"), "walkthrough": experts[i]["walkthrough"],
+                          "task_type": env.goals[i].get("category", "webshop"),
+                          "walkthrough": experts[i]["walkthrough"],
                           "thinks": experts[i]["thinks"], "L": experts[i]["L"]})
             continue
         if name == "train" and i not in walks:
@@ -183,8 +190,8 @@ def load_webshop_tasks(split, spec, cache=None, expert_data="", verbose=False, o
         if name == "train" and not walk:
             continue  # no reward-1 demonstration: no hints to give
         g = env.goals[i]
-        tasks.append({"id": f"webshop-{spec['backend']}/{i}", "gamefile": i, "task_type": g.get("category", "webshop"),
-                      "walkthrough": walk, "L": len(walk)})
+        tasks.append({"id": f"webshop-{spec['backend']}/{i}", "gamefile": i,
+                      "task_type": g.get("category", "webshop"), "walkthrough": walk, "L": len(walk)})
     if path:  # atomic: every rank writes the same content
         json.dump(walks, open(path + f".{os.getpid()}", "w"))
         os.replace(path + f".{os.getpid()}", path)

@@ -24,8 +24,8 @@ CHAT_TEMPLATE = (
 ARCH = dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=384, max_position_embeddings=8192, rope_theta=10000.0, tie_word_embeddings=True)
 VOCAB = 2048
-# The prompt wording of rollout.user_message (both prompt forms), for the tokenizer to learn its words. It is BPE
-# training text: a change here changes the tokenizer, so bump VERSION with it
+# The prompt wording of rollout.user_message (both prompt forms), for the tokenizer to learn its words. It is
+# BPE training text: a change here changes the tokenizer, so bump VERSION with it
 PROMPT_TEXT = (
     "You are a household robot in a text world. Your task is to: "
     "You have already taken steps. Your most recent observations and actions: Observation: Action: "
@@ -46,11 +46,13 @@ def env_corpus():
     names = sorted(set(C.OBJECTS) | set(C.RECEPTACLES))
     words = [re.sub(r"(?<!^)(?=[A-Z])", " ", n).lower() for n in names] + [n.lower() for n in names]
     verbs = ["go to", "take", "from", "move", "to", "put", "in/on", "open", "close", "use", "heat", "with",
-             "cool", "clean", "slice", "look", "inventory", "examine", "help", "Nothing happens.", "You arrive at"]
+             "cool", "clean", "slice", "look", "inventory", "examine", "help", "Nothing happens.",
+             "You arrive at"]
     nums = [str(i) for i in range(100)]
     for _ in range(3):  # repeat so frequent units merge into single tokens
         lines += words + verbs + nums + [PROMPT_TEXT]
-        lines += [f"{v} {w} {n}" for v in ("go to", "open", "close", "take", "use") for w in words for n in nums[1:4]]
+        lines += [f"{v} {w} {n}" for v in ("go to", "open", "close", "take", "use")
+                  for w in words for n in nums[1:4]]
     return lines
 
 
@@ -77,12 +79,13 @@ def build(out, seed=0):
     model = Qwen2ForCausalLM(cfg)
     tmp = tempfile.mkdtemp(prefix=".tmp-", dir=os.path.dirname(os.path.abspath(out)) or ".")
     hf_tok.save_pretrained(tmp)
-    # written by hand, not model.save_pretrained: under torch.distributed, transformers writes only on global rank 0
-    # (transformers/distributed/mixin.py, should_save_on_this_rank), and every node builds its own copy
+    # written by hand, not model.save_pretrained: under torch.distributed, transformers writes only on global
+    # rank 0 (transformers/distributed/mixin.py, should_save_on_this_rank), and every node builds its own copy
     from safetensors.torch import save_file
     model.config.save_pretrained(tmp)
     model.generation_config.save_pretrained(tmp)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"},  # tied to embed
+    # lm_head.weight is left out: tied to embed
+    save_file({k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"},
               os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(tmp, "agent_g2_tiny.json"), "w") as f:
         json.dump({"seed": seed, "version": VERSION, "arch": ARCH, "vocab": len(hf_tok)}, f, indent=1)

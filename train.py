@@ -1,6 +1,6 @@
-"""Agent-G² training: hint-guided GRPO (+ teacher-forced aux loss on the expert prefix) for ALFWorld / WebShop
-agents. One file, top to bottom: config, distributed setup, tasks and env pool, models + rollout engine, the
-loop, cleanup.
+"""Agent-G² training: hint-guided GRPO (+ teacher-forced aux loss on the expert prefix) for ALFWorld /
+WebShop agents. One file, top to bottom: config, distributed setup, tasks and env pool, models + rollout
+engine, the loop, cleanup.
 
     python train.py                                        # CPU demo (preset cpu): tiny model, built-in games
     python train.py --scheduler none                       # plain GRPO on the same budget
@@ -31,7 +31,7 @@ import ckpt
 from config import dump, get_config
 
 t_start = time.time()
-# ------------------------------------------------------------------ config
+# -------------------------------------------------------------- config
 cfg = get_config(description=__doc__)  # parse before envs: the PDDL engine overwrites sys.argv
 from config import check_data, check_model, check_out_dir, model_error  # noqa: E402
 
@@ -39,21 +39,24 @@ check_model(cfg.model)  # one-line errors (exit 2) before any heavy work
 check_data(cfg)
 check_out_dir(cfg, clear=os.environ.get("RANK", "0") == "0")
 
-# ------------------------------------------------------------------ distributed setup
+# -------------------------------------------------------------- distributed setup
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from parallel import all_max, autocast, compute_dtype, fsdp2_shard, init_distributed, local_first  # noqa: E402
+from parallel import (  # noqa: E402
+    all_max, autocast, compute_dtype, fsdp2_shard, init_distributed, local_first)
 
 use_cuda = torch.cuda.is_available() and cfg.device != "cpu"
 ddp, rank, world, local_rank, device = init_distributed(use_cuda)  # LOCAL_RANK -> device, RANK -> data shard
 master = rank == 0  # global rank 0 alone writes logs and checkpoints
 if use_cuda and cfg.mem_cap_gb > 0:  # e.g. 80 on a 141 GB card: what an 80 GB card would leave the trainer
-    torch.cuda.set_per_process_memory_fraction(min(1.0, cfg.mem_cap_gb * 2**30 / torch.cuda.mem_get_info()[1]))
+    torch.cuda.set_per_process_memory_fraction(
+        min(1.0, cfg.mem_cap_gb * 2**30 / torch.cuda.mem_get_info()[1]))
 dtype = compute_dtype(cfg.dtype, use_cuda)  # forward passes; the policy's master weights and AdamW stay fp32
 old_from_trainer = cfg.old_logprobs == "trainer" or (cfg.old_logprobs == "auto" and use_cuda)
 from grpo import lr_at, row_advantages  # noqa: E402
-from rollout import Prober, group_successes, make_engine, merge, rollout, seed_all, split_groups, sync_check  # noqa
+from rollout import (  # noqa: E402
+    Prober, group_successes, make_engine, merge, rollout, seed_all, split_groups, sync_check)
 from update import Update  # noqa: E402
 
 seed_all(cfg.seed + rank)  # sampling differs per rank; data order and scheduler use cfg.seed on every rank
@@ -68,14 +71,15 @@ def gather(obj):
     return out
 
 
-# ------------------------------------------------------------------ tasks, hints, env pool (before any CUDA work)
+# -------------------------------------------------------------- tasks, hints, env pool (before any CUDA work)
 from envs import EnvPool, env_spec  # noqa: E402
 from eval import eval_sets, eval_splits, in_loop_eval  # noqa: E402
 from hints import group, make_source  # noqa: E402
 from report import end_lines, run_summary, step_line  # noqa: E402
 from tasks import batch_indices, length_table, tasks_for, train_subset  # noqa: E402
 
-train_tasks = train_subset(local_first(lambda: tasks_for(cfg, cfg.train_split, verbose=master), ddp, local_rank),
+train_tasks = train_subset(local_first(lambda: tasks_for(cfg, cfg.train_split, verbose=master),
+                                       ddp, local_rank),
                            cfg.train_games)  # each node extracts its own cache, once
 cut = lambda ts: [] if cfg.eval_games < 0 else ts[:cfg.eval_games] if cfg.eval_games else ts  # noqa: E731
 val_sets = [(name, cut(tasks_for(cfg, split, verbose=master))) for name, split in eval_splits(cfg)]
@@ -90,11 +94,11 @@ def hint_len(task):  # L: the length of the task's hint, None while it has none 
 
 if master:
     print(length_table(train_tasks))
-    print(f"[hints] {cfg.hint_source}: {sum(hint_len(t) is not None for t in train_tasks)} of {len(train_tasks)} "
-          "training tasks start with a hint")
+    print(f"[hints] {cfg.hint_source}: {sum(hint_len(t) is not None for t in train_tasks)} "
+          f"of {len(train_tasks)} training tasks start with a hint")
 pool = EnvPool(cfg.num_workers, env_spec(cfg))
 
-# ------------------------------------------------------------------ models, reference, rollout engine, optimizer
+# -------------------------------------------------------------- models, reference, rollout engine, optimizer
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from scheduler import Scheduler, token_offsets  # noqa: E402
@@ -121,10 +125,12 @@ if ddp and not fsdp:  # gradients reduced in place (no second copy); no buffers 
                                                       gradient_as_bucket_view=True, broadcast_buffers=False)
 elif fsdp:  # FSDP2: every decoder layer, then the root; the reference too (7B: 15 GB in bf16)
     fsdp2_shard(policy, ref, dtype)
-n_eval = max([len(ts) for _, ts in val_sets] + [len(panel)] + [cfg.authors_episodes] * (cfg.eval_protocol != "panel"))
+n_eval = max([len(ts) for _, ts in val_sets] + [len(panel)]
+             + [cfg.authors_episodes] * (cfg.eval_protocol != "panel"))
 seqs = max(-(-cfg.batch_tasks // world) * cfg.group_size, -(-n_eval // world))  # what a rank plays at once
 engine = make_engine(cfg, model_path, tok, device, cfg.seed + rank, seqs)
-opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(cfg.beta1, cfg.beta2))
+opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
+                        betas=(cfg.beta1, cfg.beta2))
 sched = Scheduler(cfg, [t["id"] for t in train_tasks], [hint_len(t) for t in train_tasks], seed=cfg.seed)
 # saved in every checkpoint, restored on resume, compared across ranks
 run_state = {"sched": sched, "hints": hints}
@@ -140,7 +146,8 @@ tok_cum_cache = {}  # [released] --prefix_unit token: hint actions -> token_offs
 
 
 def sched_task(task):
-    """What the scheduler sees of a task: its id, its hint's length L and, in token units, the token offsets."""
+    """What the scheduler sees of a task: its id, its hint's length L and, in token units, the
+    token offsets."""
     hint = hints.hint(task)
     if hint is None:
         return {"id": task["id"], "L": None}
@@ -183,10 +190,11 @@ def save_checkpoint(step, reason):
         dist.barrier()
 
 
-# ------------------------------------------------------------------ resume
+# -------------------------------------------------------------- resume
 start_step, redraws, log_mode = 0, 0, "w"
 if cfg.resume:
-    path, sd, trainer, st = ckpt.load(cfg.resume, cfg.out_dir, policy.config.tie_word_embeddings, not fsdp or master)
+    path, sd, trainer, st = ckpt.load(cfg.resume, cfg.out_dir, policy.config.tie_word_embeddings,
+                                      not fsdp or master)
     # rank 0 reads the files and broadcasts: 8 host copies of a 7B model and its AdamW state would not fit
     if fsdp:
         from_rank0 = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
@@ -245,19 +253,20 @@ def run_eval(step):
         return
     res = in_loop_eval(engine, pool, tok, sets, cfg, step, rank, world, gather)
     if master:
-        print(f"[eval] step {step}: " + "  ".join(f"{k} {100 * v:.1f}%" for k, v in res.items() if k != "counts"))
+        print(f"[eval] step {step}: "
+              + "  ".join(f"{k} {100 * v:.1f}%" for k, v in res.items() if k != "counts"))
         log.write(json.dumps({"step": step, "eval": res}) + "\n")
         log.flush()
 
 
-# ------------------------------------------------------------------ the loop
+# -------------------------------------------------------------- the loop
 from tqdm import tqdm  # noqa: E402
 
 if start_step == 0:
     run_eval(0)
 bad, stopped = 0, False
-bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, disable=not master, desc="train",
-           dynamic_ncols=True)
+bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, disable=not master,
+           desc="train", dynamic_ncols=True)
 for step in bar:
     t0 = time.time()
     lr = lr_at(step, cfg.lr, cfg.steps, cfg.warmup_frac, cfg.lr_schedule)
@@ -316,7 +325,8 @@ for step in bar:
         p_hat = [sum(f) / len(f) if f else None for f in flags]  # None: every episode errored
         hinted = [i for i, t in enumerate(sched_tasks) if t["L"]]
         if hinted:
-            sched.update([tasks[i]["id"] for i in hinted], [p_hat[i] for i in hinted], [flags[i] for i in hinted])
+            sched.update([tasks[i]["id"] for i in hinted], [p_hat[i] for i in hinted],
+                         [flags[i] for i in hinted])
         played = [e for part in gather([{k: e[k] for k in ("task_id", "won", "error", "played")}
                                         for e in out["episodes"]]) for e in part]
         for task_id in hints.observe(played):  # a new or shorter hint: its length may move the task's cluster
@@ -345,10 +355,11 @@ for step in bar:
     engine.sleep_mode(False)
     weight_sum = sync_engine()
     t_sync = time.time() - t3
-    sync_err = sync_check(engine, model, (rows or out["aux"] or [learn.DUMMY])[0], tok.pad_token_id, device, cfg,
-                          step, prec)
+    sync_err = sync_check(engine, model, (rows or out["aux"] or [learn.DUMMY])[0], tok.pad_token_id,
+                          device, cfg, step, prec)
     # cross-rank consistency: every rank must hold the same weights and run state
-    consist = gather((weight_sum, json.dumps({k: v.state_dict() for k, v in run_state.items()}, sort_keys=True)))
+    consist = gather((weight_sum,
+                      json.dumps({k: v.state_dict() for k, v in run_state.items()}, sort_keys=True)))
     # 6. log (rank 0): one dense line + JSONL
     stats, probe_stats = gather(out["stats"]), gather(prober.stats)
     n_eps, n_err = sum(gather(len(out["episodes"]))), sum(gather(len(err)))
@@ -376,7 +387,8 @@ for step in bar:
                "state_same_on_ranks": len({c[1] for c in consist}) == 1,
                "t_rollout": t_roll, "t_gen": stats[0].get("t_gen", 0.0), "t_env": stats[0].get("t_env", 0.0),
                "t_probe": t_probe, "t_train": t_train, "t_sync": t_sync, "t_sched": t_sched,
-               "t_step": time.time() - t0, "mem_peak_gb": torch.cuda.max_memory_allocated() / 2**30 if use_cuda else None}
+               "t_step": time.time() - t0,
+               "mem_peak_gb": torch.cuda.max_memory_allocated() / 2**30 if use_cuda else None}
         log.write(json.dumps(rec, default=lambda o: o.item() if hasattr(o, "item") else str(o)) + "\n")
         log.flush()
         if wb:
@@ -392,11 +404,12 @@ for step in bar:
     if stopped:
         break
 
-# ------------------------------------------------------------------ cleanup
+# -------------------------------------------------------------- cleanup
 if not stopped:  # the all-reduced decision: a signal arriving after it changes nothing on any rank
     run_eval(cfg.steps)
     if master:  # the run's small record: what run_all.sh keeps and `eval.py table` reads
-        summary = {k: v for k, v in run_summary(cfg.out_dir, wall_s=time.time() - t_start).items() if k != "run"}
+        summary = {k: v for k, v in run_summary(cfg.out_dir, wall_s=time.time() - t_start).items()
+                   if k != "run"}
         json.dump(summary, open(os.path.join(cfg.out_dir, "summary.json"), "w"), indent=1,
                   default=lambda o: o.item() if hasattr(o, "item") else str(o))
         print(end_lines(summary, cfg.out_dir))

@@ -41,8 +41,8 @@ def response_logprobs(m, rows, pad_id, device="cpu", temperature=1.0, entropy=Fa
     pos = (att.cumsum(-1) - 1).clamp(min=0)  # [b, P + n]
     mask = torch.tensor([[1.0] * len(r["response_ids"]) + [0.0] * (n - len(r["response_ids"])) for r in rows])
     tgt = torch.tensor([r["response_ids"] + [pad_id] * (n - len(r["response_ids"])) for r in rows])  # [b, n]
-    opts = pad_options([trie_options(r["response_ids"], r["allowed"]) if r.get("allowed") else None for r in rows],
-                       n) if any(r.get("allowed") for r in rows) else None
+    opts = pad_options([trie_options(r["response_ids"], r["allowed"]) if r.get("allowed") else None
+                        for r in rows], n) if any(r.get("allowed") for r in rows) else None
     x, att, pos, mask, tgt = x.to(device), att.to(device), pos.to(device), mask.to(device), tgt.to(device)
     # the logits at column j predict token j + 1: columns P-1 .. P+n-2 score the response (the last n + 1
     # kept)
@@ -121,10 +121,12 @@ class Update:
                    # max |pi / pi_old - 1|: 0 with one mini-batch, > 0 from the 2nd
                    ratio_dev=maxima["ratio_dev"],
                    update_rel=update_rel,
-                   grad_norm=sum(grad_norms) / len(grad_norms) if all(map(math.isfinite, grad_norms)) else math.nan)
+                   grad_norm=(sum(grad_norms) / len(grad_norms) if all(map(math.isfinite, grad_norms))
+                              else math.nan))
         if self.old_from_trainer:  # how far the engine that sampled is from the trainer that scores
             n = max(sums["lp_tokens"], 1)
-            out.update(lp_diff_mean=sums["lp_diff"] / n, lp_diff_max=maxima["lp_diff"], lp_kl=sums["lp_k3"] / n)
+            out.update(lp_diff_mean=sums["lp_diff"] / n, lp_diff_max=maxima["lp_diff"],
+                       lp_kl=sums["lp_k3"] / n)
         return out
 
     def update_size(self):
@@ -178,7 +180,8 @@ class Update:
         the single-process loss on the global batch. ep_tok: response tokens per episode id (loss_agg
         "episode"). Returns this rank's sums of the logged terms, "ratio_dev" as a max and "finite" as 0/1."""
         cfg = self.cfg
-        terms = {"pg": 0.0, "kl": 0.0, "entropy": 0.0, "aux": 0.0, "clipped": 0.0, "ratio_dev": 0.0, "finite": 1.0}
+        terms = {"pg": 0.0, "kl": 0.0, "entropy": 0.0, "aux": 0.0, "clipped": 0.0, "ratio_dev": 0.0,
+                 "finite": 1.0}
         work = [("pg", mb) for mb in (self.micro_batches(rows) if cfg.mode == "grpo" else [])]
         work += [("aux", mb) for mb in self.micro_batches(aux)] if cfg.mode != "grpo" or cfg.eta > 0 else []
         work += [("none", [self.DUMMY])] * (all_max(max(len(work), 1), self.ddp) - len(work))
@@ -231,8 +234,8 @@ class Update:
                         torch.tensor([ep_tok[r["eid"]] for r in mb]), counts["tokens"], counts["rows"],
                         counts["episodes"]).to(self.device)  # [b]
         adv = torch.tensor([r["adv"] for r in mb], device=self.device)  # [b]
-        loss, stats = policy_loss(lp, old, adv, m, w, cfg.clip_eps, ref_lp, cfg.kl_coef, tis, cfg.dual_clip, ent,
-                                  cfg.entropy_coef)
+        loss, stats = policy_loss(lp, old, adv, m, w, cfg.clip_eps, ref_lp, cfg.kl_coef, tis, cfg.dual_clip,
+                                  ent, cfg.entropy_coef)
         for k in ("pg", "kl", "entropy", "clipped"):
             terms[k] += stats[k]
         terms["ratio_dev"] = max(terms["ratio_dev"], stats["ratio_dev"])

@@ -1,16 +1,17 @@
-"""WebShop behind the episode interface of envs.py (reset(goal index, prefix) -> episode; step(ep, action) -> valid),
-over two backends, plus what feeds them: the lite site and its catalogue generator, the scripted expert and the
-goal splits (tasks.py loads a split's goals; webshop_doctor.py checks an official install).
+"""WebShop behind the episode interface of envs.py (reset(goal index, prefix) -> episode; step(ep, action) ->
+valid), over two backends, plus what feeds them: the lite site and its catalogue generator, the scripted
+expert and the goal splits (tasks.py loads a split's goals; webshop_doctor.py checks an official install).
 
     python envs.py webshop-doctor                       # what an official WebShop setup ($WEBSHOP_PATH) lacks
     python envs.py stats --games webshop-lite           # lite's splits and the scripted expert's success
     python train.py --env webshop [--webshop_backend official]
 
 `official` drives the user's own princeton-nlp/WebShop checkout ($WEBSHOP_PATH, its web_agent_site text
-environment); nothing of WebShop's code or data is in this repository. `lite` is this repo's own clean-room site
-with the same action grammar, page flow and reward form over a generated catalogue (make_catalogue, below),
-searched with bm25s; lite numbers are labelled webshop-lite and are never WebShop numbers. Goals are indexed into
-one fixed goal list and split by the paper's scheme (test 0-499, eval 500-1499, train 1500+) or the authors'.
+environment); nothing of WebShop's code or data is in this repository. `lite` is this repo's own clean-room
+site with the same action grammar, page flow and reward form over a generated catalogue (make_catalogue,
+below), searched with bm25s; lite numbers are labelled webshop-lite and are never WebShop numbers. Goals
+are indexed into one fixed goal list and split by the paper's scheme (test 0-499, eval 500-1499, train
+1500+) or the authors'.
 """
 import collections
 import functools
@@ -23,28 +24,32 @@ import sys
 # ---------------------------------------------------------------------------------------------
 # WebShop: one episode interface over two backends. `lite` is this repo's clean-room site over a generated
 # catalogue (make_catalogue); `official` drives the user's own princeton-nlp/WebShop checkout.
-# Both render WebShop's text mode (' [SEP] '-joined page strings), take search[...] / click[...] actions, and
-# report the raw reward (score in [0, 1]); won = (score == 1). Observations drop the instruction (it is the task).
+# Both render WebShop's text mode (' [SEP] '-joined page strings), take search[...] / click[...] actions,
+# and report the raw reward (score in [0, 1]); won = (score == 1). Observations drop the instruction (it
+# is the task).
 # ---------------------------------------------------------------------------------------------
 WEBSHOP_SPLITS = {"test": (0, 500), "eval": (500, 1500), "train": (1500, None)}  # paper: goal indices
-AUTHORS_PRODUCTS = os.path.join("data", "items_shuffle_1000.json")  # --webshop_setting authors: env.webshop.use_small
+# --webshop_setting authors: env.webshop.use_small
+AUTHORS_PRODUCTS = os.path.join("data", "items_shuffle_1000.json")
 SEARCH_ACTION = "search[<query>]"  # the admissible form of a search; the query is free text
 RESULTS_PER_PAGE, SEARCH_K = 10, 50
-COLORS = sorted(["black", "white", "navy", "blue", "red", "grey", "gray", "green", "olive", "pink", "silver", "beige",
-                 "ivory", "teal", "brown", "purple", "yellow", "orange", "gold"])  # alphabetical, as WebShop's scan
-STOPWORDS = set("a an and the for of to in on with by at from is are be i me my need want looking find get buy "
-                "that this it its under than lower price dollars".split())
+# alphabetical, as WebShop's scan
+COLORS = sorted(["black", "white", "navy", "blue", "red", "grey", "gray", "green", "olive", "pink", "silver",
+                 "beige", "ivory", "teal", "brown", "purple", "yellow", "orange", "gold"])
+STOPWORDS = set("a an and the for of to in on with by at from is are be i me my need want looking find get "
+                "buy that this it its under than lower price dollars".split())
 
 
-SPECIAL_QUERY_WORDS = {"<a>", "<q>", "<c>", "<r>"}  # WebShop engine.py get_top_n_product_from_keywords: commands
+# WebShop engine.py get_top_n_product_from_keywords: commands
+SPECIAL_QUERY_WORDS = {"<a>", "<q>", "<c>", "<r>"}
 
 
 def parse_webshop_action(action):
     """'search[red mug]' -> ('search', 'red mug'); 'click[Buy Now]' -> ('click', 'buy now'); else None.
     Queries lose their brackets: WebShop's parse_action (engine.py, a greedy '(name)[(arg)]' match) reads
-    'search[a [b]]' as the action 'search[a ' and then does nothing. A query whose first word is <a>, <q>, <c> or
-    <r> is invalid: WebShop's engine.py (get_top_n_product_from_keywords) takes it as a command (<a> raises a
-    TypeError, <q>/<c> filter by exact query/category, <r> samples at random), which the authors' projection
+    'search[a [b]]' as the action 'search[a ' and then does nothing. A query whose first word is <a>, <q>, <c>
+    or <r> is invalid: WebShop's engine.py (get_top_n_product_from_keywords) takes it as a command (<a> raises
+    a TypeError, <q>/<c> filter by exact query/category, <r> samples at random), which the authors' projection
     rejects [ZJU-REAL/Agent-G2 agent_system/environments/env_package/webshop/projection.py]. Click arguments
     keep their text; bracketed clickables are never admissible (webshop_admissible)."""
     m = re.fullmatch(r"\s*(search|click)\[(.+)\]\s*", action or "", flags=re.S)
@@ -66,9 +71,10 @@ def clickable_ok(text):
 
 
 def webshop_admissible(has_search_bar, clickables):
-    """WebShop's get_available_actions (web_agent_text_env.py): the search bar only on the search page, then the
-    page's buttons, product links and option values, in that order."""
-    return ([SEARCH_ACTION] if has_search_bar else []) + [f"click[{c}]" for c in clickables if clickable_ok(c)]
+    """WebShop's get_available_actions (web_agent_text_env.py): the search bar only on the search page, then
+    the page's buttons, product links and option values, in that order."""
+    return ([SEARCH_ACTION] if has_search_bar else []) + [f"click[{c}]" for c in clickables
+                                                          if clickable_ok(c)]
 
 
 def normalize_color(text):
@@ -109,7 +115,8 @@ def webshop_reward(goal, product, options):
     title, desc = product["Title"].lower(), product["Description"].lower()
     bullets = " ".join(product["BulletPoints"]).lower()
     n_att = sum(any(fuzzy_ratio(pa, a) > 85 for pa in product["Attributes"])  # goal.py get_attribute_reward:
-                or a in title or a in bullets or a in desc for a in goal["attributes"])  # then each text field
+                # then each text field
+                or a in title or a in bullets or a in desc for a in goal["attributes"])
     want = goal_option_texts(goal["goal_options"])
     chosen = [normalize_color(v) for v in options]
     n_opt = sum(any(fuzzy_ratio(c, w) > 85 for c in chosen) for w in want)
@@ -128,10 +135,10 @@ def webshop_reward(goal, product, options):
 
 
 class LiteSite:
-    """The lite backend's site: normalised catalogue (WebShop's load semantics: Title, BulletPoints, lower-cased
-    options with '/' -> ' | ', one price per product), a BM25 index over title + description + first bullet +
-    option text (bm25s, Lucene scoring, k1 0.9, b 0.4, English stopwords, Snowball stems) and the shuffled goals.
-    Page state is a small dict, so one site serves any number of concurrent episodes."""
+    """The lite backend's site: normalised catalogue (WebShop's load semantics: Title, BulletPoints,
+    lower-cased options with '/' -> ' | ', one price per product), a BM25 index over title + description +
+    first bullet + option text (bm25s, Lucene scoring, k1 0.9, b 0.4, English stopwords, Snowball stems) and
+    the shuffled goals. Page state is a small dict, so one site serves any number of concurrent episodes."""
 
     def __init__(self, seed=0, n_products=1000):
         import Stemmer
@@ -159,7 +166,8 @@ class LiteSite:
     def search(self, query, k=SEARCH_K):
         """Top-k ASINs by BM25 (ties by catalogue order); [] when no query word is in the index."""
         import numpy as np
-        q = import_bm25s().tokenize([query], stopwords="en", stemmer=self.stemmer, show_progress=False, return_ids=False)[0]
+        q = import_bm25s().tokenize([query], stopwords="en", stemmer=self.stemmer, show_progress=False,
+                                    return_ids=False)[0]
         if not q:
             return []
         s = np.asarray(self.bm25.get_scores(q))
@@ -178,16 +186,18 @@ class LiteSite:
             parts = ["Back to Search", f"Page {p} (Total results: {n})"] + nav
             for a in hits:
                 parts += [a, self.products[a]["Title"], self.products[a]["Price"]]
-            return " [SEP] ".join(parts), False, ["back to search"] + [x.lower() for x in nav] + [a.lower() for a in hits]
+            return (" [SEP] ".join(parts), False,
+                    ["back to search"] + [x.lower() for x in nav] + [a.lower() for a in hits])
         q = self.products[st["asin"]]
-        if kind == "item":  # item_page.html in text mode: options (no mark on the chosen ones) before the title;
-            # the clickables list the buttons first, then the option values (web_agent_text_env.py
+        if kind == "item":
+            # item_page.html in text mode: options (no mark on the chosen ones) before the title; the
+            # clickables list the buttons first, then the option values (web_agent_text_env.py
             # get_available_actions: buttons + product links, then the radio inputs)
             parts = ["Back to Search", "< Prev"]
             for name, vals in q["options"].items():
                 parts += [name] + vals
-            parts += [q["Title"], f"Price: {q['Price']}", "Rating: N.A.", "Description", "Features", "Reviews",
-                      "Buy Now"]
+            parts += [q["Title"], f"Price: {q['Price']}", "Rating: N.A.", "Description", "Features",
+                      "Reviews", "Buy Now"]
             buttons = ["back to search", "< prev", "description", "features", "reviews", "buy now"]
             return " [SEP] ".join(parts), False, buttons + [v for vals in q["options"].values() for v in vals]
         # description / features / review pages; WebShop's text env loads no reviews, so that page is empty
@@ -215,16 +225,18 @@ class LiteSite:
 
 
 def price_tag(pricing):
-    """A raw pricing string as WebShop shows it (engine.py load_products): each '$' amount as a Python float,
-    '$12.5' or '$12.5 to $20.0' for a range; the reward uses one hidden price inside the range (fixed_price)."""
+    """A raw pricing string as WebShop shows it (engine.py load_products): each '$' amount as a
+    Python float, '$12.5' or '$12.5 to $20.0' for a range; the reward uses one hidden price inside
+    the range (fixed_price)."""
     ends = [float(re.sub(r"[^\d.]", "", x)) for x in (pricing or "").split("$")[1:]][:2] or [100.0]
     return " to ".join(f"${x}" for x in ends)
 
 
 def import_bm25s():
-    """bm25s imports numba (so llvmlite) whenever it is installed; vLLM 0.32's CPU kernel dispatcher then trips
-    over llvmlite's library wrapper while it scans sys.modules at engine start ("'_lib_fn_wrapper' object has no
-    attribute 'get'"). We use bm25s's numpy scoring only, so numba is hidden while bm25s imports."""
+    """bm25s imports numba (so llvmlite) whenever it is installed; vLLM 0.32's CPU kernel dispatcher
+    then trips over llvmlite's library wrapper while it scans sys.modules at engine start
+    ("'_lib_fn_wrapper' object has no attribute 'get'"). We use bm25s's numpy scoring only, so numba is
+    hidden while bm25s imports."""
     if "bm25s" in sys.modules or "numba" in sys.modules:
         import bm25s
         return bm25s
@@ -243,22 +255,23 @@ def lite_site(seed=0, n_products=1000):
 
 def webshop_spec(cfg):
     """What an env worker needs to build the configured WebShop (the pool's spec; envs.env_spec)."""
-    return {"env": "webshop", "backend": cfg.webshop_backend, "seed": cfg.webshop_seed, "products": cfg.webshop_products,
-            "path": os.environ.get("WEBSHOP_PATH", ""), "max_steps": cfg.max_steps, "split": cfg.webshop_split,
-            "setting": cfg.webshop_setting}
+    return {"env": "webshop", "backend": cfg.webshop_backend, "seed": cfg.webshop_seed,
+            "products": cfg.webshop_products, "path": os.environ.get("WEBSHOP_PATH", ""),
+            "max_steps": cfg.max_steps, "split": cfg.webshop_split, "setting": cfg.webshop_setting}
 
 
 def _official_env_class(path=""):
-    """The user's WebShop text environment class. WEBSHOP_PATH (or `path`) is put on sys.path; the PyPI package
-    `webshop` is a stub without it and is not used."""
+    """The user's WebShop text environment class. WEBSHOP_PATH (or `path`) is put on sys.path; the PyPI
+    package `webshop` is a stub without it and is not used."""
     path = path or os.environ.get("WEBSHOP_PATH", "")
     if path and path not in sys.path:
         sys.path.insert(0, path)
     try:
         from web_agent_site.envs.web_agent_text_env import WebAgentTextEnv
     except ImportError as e:
-        raise ImportError(f"official WebShop not importable ({e}). Set WEBSHOP_PATH to your princeton-nlp/WebShop "
-                          "checkout and run `python envs.py webshop-doctor`; or use --webshop_backend lite") from e
+        raise ImportError(f"official WebShop not importable ({e}). Set WEBSHOP_PATH to your "
+                          "princeton-nlp/WebShop checkout and run `python envs.py webshop-doctor`; "
+                          "or use --webshop_backend lite") from e
     return WebAgentTextEnv
 
 
@@ -266,9 +279,10 @@ _OFFICIAL_SERVER = {}
 
 
 class WebShopEnv:
-    """reset(goal index, prefix) / step(ep, action), the AlfEnv interface. spec: {"backend": "lite"|"official",
-    "seed", "products", "path", "max_steps"}. Lite keeps the page state in the episode dict; official keeps it in
-    its WebAgentTextEnv (one per concurrent episode, all sharing one SimServer: catalogue and index load once)."""
+    """reset(goal index, prefix) / step(ep, action), the AlfEnv interface. spec: {"backend":
+    "lite"|"official", "seed", "products", "path", "max_steps"}. Lite keeps the page state in the episode
+    dict; official keeps it in its WebAgentTextEnv (one per concurrent episode, all sharing one SimServer:
+    catalogue and index load once)."""
 
     def __init__(self, spec):
         self.spec, self.gamefile = spec, None
@@ -277,19 +291,25 @@ class WebShopEnv:
             self.goals = self.site.goals
         else:
             cls = _official_env_class(spec.get("path", ""))
-            if "server" not in _OFFICIAL_SERVER:  # the first env of the process builds the catalogue and goals
-                random.seed(spec["seed"])  # WebShop draws goal price caps from the global `random` before its shuffle
-            # the session key is prefix + goal index, and the page state lives in the shared server under it: every
-            # env object (one per concurrent episode) needs its own prefix, or R rollouts of a goal share one page
+            # the first env of the process builds the catalogue and goals
+            if "server" not in _OFFICIAL_SERVER:
+                # WebShop draws goal price caps from the global `random` before its shuffle
+                random.seed(spec["seed"])
+            # the session key is prefix + goal index, and the page state lives in the shared server under it:
+            # every env object (one per concurrent episode) needs its own prefix, or R rollouts of a goal
+            # share one page
             _OFFICIAL_SERVER["n"] = _OFFICIAL_SERVER.get("n", 0) + 1
-            # the authors' setting: their 1,000-product file and synthetic goals (verl-agent's env.webshop.use_small,
-            # human_goals: False [ZJU-REAL/Agent-G2 agent_system/environments/env_manager.py, make_envs]); human: the
-            # catalogue utils.py names (the full set) and WebShop's human instructions
+            # the authors' setting: their 1,000-product file and synthetic goals (verl-agent's
+            # env.webshop.use_small, human_goals: False
+            # [ZJU-REAL/Agent-G2 agent_system/environments/env_manager.py, make_envs]); human: the catalogue
+            # utils.py names (the full set) and WebShop's human instructions
             human = spec.get("setting", "authors") == "human"
-            files = {} if human else {"file_path": os.path.join(spec.get("path") or os.environ.get("WEBSHOP_PATH", ""),
-                                                                  AUTHORS_PRODUCTS)}
+            files = ({} if human else
+                     {"file_path": os.path.join(spec.get("path") or os.environ.get("WEBSHOP_PATH", ""),
+                                                AUTHORS_PRODUCTS)})
             self.env = cls(observation_mode="text", num_products=None, human_goals=human, **files,
-                           server=_OFFICIAL_SERVER.get("server"), session_prefix=f"g2-{os.getpid()}-{_OFFICIAL_SERVER['n']}-")
+                           server=_OFFICIAL_SERVER.get("server"),
+                           session_prefix=f"g2-{os.getpid()}-{_OFFICIAL_SERVER['n']}-")
             _OFFICIAL_SERVER["server"] = self.env.server
             self.goals = self.env.server.goals
 
@@ -303,19 +323,21 @@ class WebShopEnv:
             ep["page"] = {"kind": "search"}
             self._show(ep, *self.site.view(ep["page"]))
         else:
-            # a Python int (made above): WebShop's reset and SimServer.receive (web_agent_text_env.py) pick the
-            # goal only when isinstance(session, int); a NumPy integer silently got a random goal
+            # a Python int (made above): WebShop's reset and SimServer.receive (web_agent_text_env.py) pick
+            # the goal only when isinstance(session, int); a NumPy integer silently got a random goal
             obs, _ = self.env.reset(session=gamefile)
             self._show(ep, _strip_instruction(obs), *self._official_actions())
         for a in prefix:  # step() validates the action and appends (obs, a) to the history
             ep["prefix_steps"].append((ep["obs"], ep["admissible"], a))
             if not self.step(ep, a):
-                raise RuntimeError(f"expert prefix action {a!r} is not admissible for WebShop goal {gamefile}")
+                raise RuntimeError(f"expert prefix action {a!r} is not admissible "
+                                   f"for WebShop goal {gamefile}")
         return ep
 
     def _official_actions(self):
         av = self.env.get_available_actions()
-        self.click_as = {" ".join(c.lower().split()): c for c in av["clickables"]}  # our normalised text -> theirs
+        # our normalised text -> theirs
+        self.click_as = {" ".join(c.lower().split()): c for c in av["clickables"]}
         return av["has_search_bar"], list(self.click_as)
 
     def _show(self, ep, obs, has_search, clicks):
@@ -324,10 +346,10 @@ class WebShopEnv:
                   admissible=webshop_admissible(has_search, clicks))
 
     def step(self, ep, action):
-        """Invalid (unparseable, a special search word, not on this page, after the end or past max_steps): the
-        page stays, the observation says so, and the step still counts. A search is valid from any page, as in
-        WebShop's step (web_agent_text_env.py searches whenever the action is search[non-empty]), although the
-        admissible list offers it on the search page only (WebShop's has_search_bar)."""
+        """Invalid (unparseable, a special search word, not on this page, after the end or past max_steps):
+        the page stays, the observation says so, and the step still counts. A search is valid from any page,
+        as in WebShop's step (web_agent_text_env.py searches whenever the action is search[non-empty]),
+        although the admissible list offers it on the search page only (WebShop's has_search_bar)."""
         ep["history"].append((ep["obs"], action if isinstance(action, str) else ""))
         ep["steps"] += 1
         act = parse_webshop_action(action) if isinstance(action, str) else None
@@ -347,7 +369,8 @@ class WebShopEnv:
                 ep["page"] = self.site.move(ep["page"], kind, arg)
                 self._show(ep, *self.site.view(ep["page"]))
         else:
-            obs, reward, done, _ = self.env.step(f"{kind}[{self.click_as.get(arg, arg) if kind == 'click' else arg}]")
+            official_arg = self.click_as.get(arg, arg) if kind == "click" else arg
+            obs, reward, done, _ = self.env.step(f"{kind}[{official_arg}]")
             if done:
                 ep["score"] = float(reward)
                 self._finish(ep)
@@ -357,12 +380,13 @@ class WebShopEnv:
 
     def _finish(self, ep):
         ep.update(done=True, won=ep["score"] == 1.0)
-        self._show(ep, f"Thank you for shopping with us! [SEP] Your score (min 0.0, max 1.0) [SEP] {ep['score']:.2f}",
-                   False, [])
+        self._show(ep, ("Thank you for shopping with us! [SEP] Your score (min 0.0, max 1.0) [SEP] "
+                        f"{ep['score']:.2f}"), False, [])
 
 
 def _strip_instruction(obs):
-    """WebShop text pages begin '[WebShop [SEP]] Instruction: [SEP] <instruction> [SEP] ...': keep the rest."""
+    """WebShop text pages begin '[WebShop [SEP]] Instruction: [SEP] <instruction> [SEP] ...':
+    keep the rest."""
     parts = obs.split(" [SEP] ")
     if parts and parts[0] == "WebShop":
         parts = parts[1:]
@@ -393,7 +417,8 @@ def scripted_expert(env, gamefile, max_pages=5):
         act(f"search[{query}]")
         for _ in range(max_pages):
             m = re.search(r"Page (\d+) \(Total results: (\d+)\)", ep["obs"])
-            last = m is None or int(m.group(1)) * RESULTS_PER_PAGE >= int(m.group(2))  # 'Next >' is always shown
+            # 'Next >' is always shown
+            last = m is None or int(m.group(1)) * RESULTS_PER_PAGE >= int(m.group(2))
             if target in ep["admissible"] or last or "click[next >]" not in ep["admissible"]:
                 break
             act("click[next >]")
@@ -403,8 +428,8 @@ def scripted_expert(env, gamefile, max_pages=5):
     act(target)
     want = goal["goal_options"].values() if isinstance(goal["goal_options"], dict) else goal["goal_options"]
     for v in want:
-        opts = [c for c in ep["clickables"] if c not in ("back to search", "< prev", "description", "features",
-                                                          "reviews", "buy now")]
+        opts = [c for c in ep["clickables"]
+                if c not in ("back to search", "< prev", "description", "features", "reviews", "buy now")]
         if opts:
             act(f"click[{max(opts, key=lambda c: (c == v.lower(), fuzz.token_set_ratio(c, v.lower())))}]")
     act("click[buy now]")
@@ -412,20 +437,21 @@ def scripted_expert(env, gamefile, max_pages=5):
 
 
 def goal_target_key(goal):
-    """(ASIN, sorted option values with counts), values lower-cased and space-normalised: how the authors' code
-    tells WebShop goals apart and keys its expert data [ZJU-REAL/Agent-G2 gmsv/webshop.py goal_to_target_key]."""
+    """(ASIN, sorted option values with counts), values lower-cased and space-normalised:
+    how the authors' code tells WebShop goals apart and keys its expert data
+    [ZJU-REAL/Agent-G2 gmsv/webshop.py goal_to_target_key]."""
     vals = goal.get("goal_options") or {}
     vals = vals.values() if isinstance(vals, dict) else vals
-    return str(goal.get("asin", "")).upper(), tuple(sorted(collections.Counter(" ".join(str(v).lower().split())
-                                                                                for v in vals).items()))
+    return (str(goal.get("asin", "")).upper(),
+            tuple(sorted(collections.Counter(" ".join(str(v).lower().split()) for v in vals).items())))
 
 
 def webshop_split_indices(goals, name, scheme="paper"):
-    """Goal indices of split `name` (test | eval | train). scheme 'paper': WebShop's baseline split, the ranges of
-    WEBSHOP_SPLITS. scheme 'authors': the authors' code [ZJU-REAL/Agent-G2 agent_system/environments/env_package/
-    webshop/envs.py]: validation = the first 500 goals in order after dropping repeated (ASIN, options) goals
-    (goal_target_key), used here for both test and eval; train = goals 500+ (which may repeat a validation goal's
-    key, as there by default)."""
+    """Goal indices of split `name` (test | eval | train). scheme 'paper': WebShop's baseline split, the
+    ranges of WEBSHOP_SPLITS. scheme 'authors': the authors' code [ZJU-REAL/Agent-G2
+    agent_system/environments/env_package/webshop/envs.py]: validation = the first 500 goals in order after
+    dropping repeated (ASIN, options) goals (goal_target_key), used here for both test and eval; train = goals
+    500+ (which may repeat a validation goal's key, as there by default)."""
     n = len(goals)
     if scheme == "paper":
         lo, hi = WEBSHOP_SPLITS[name]
@@ -454,13 +480,16 @@ def webshop_split_indices(goals, name, scheme="paper"):
 WEBSHOP_VOCAB = {  # category: (path, product types, attributes, {option name: values})
     "fashion": ("Clothing, Shoes & Jewelry › Men › Clothing",
                 ["t-shirt", "hoodie", "jeans", "sweater", "sneakers", "rain jacket", "polo shirt", "shorts"],
-                ["machine wash", "cotton", "slim fit", "long sleeve", "relaxed fit", "quick dry", "button closure"],
+                ["machine wash", "cotton", "slim fit", "long sleeve", "relaxed fit", "quick dry",
+                 "button closure"],
                 {"color": ["black", "white", "navy blue", "red", "grey", "olive green"],
                  "size": ["small", "medium", "large", "xl"]}),  # not 'x-large': WebShop's option score gives
     # 'large' full marks for a goal's ('size', 'x-large') (its tokens are a subset), so a wrong size would win
     "grocery": ("Grocery & Gourmet Food › Snacks & Beverages",
-                ["coffee beans", "green tea", "protein bar", "trail mix", "granola", "hot sauce", "almond butter"],
-                ["gluten free", "sugar free", "low calorie", "non gmo", "organic", "keto friendly", "high protein"],
+                ["coffee beans", "green tea", "protein bar", "trail mix", "granola", "hot sauce",
+                 "almond butter"],
+                ["gluten free", "sugar free", "low calorie", "non gmo", "organic", "keto friendly",
+                 "high protein"],
                 {"flavor": ["vanilla", "chocolate", "original", "sea salt", "cinnamon", "berry"],
                  "size": ["6 pack", "12 pack", "24 pack"]}),
     "beauty": ("Beauty & Personal Care › Skin Care",
@@ -516,7 +545,8 @@ def make_catalogue(seed=0, n_products=1000):
         name = f"{rng.choice(WEBSHOP_BRANDS).title()} {rng.choice(WEBSHOP_STYLES).title()} {a[0].title()} " \
                f"{ptype.title()}"
         lo = round(rng.uniform(5, 120), 2)
-        pricing = f"${lo:.2f}" if rng.random() < 0.7 else f"${lo:.2f} - ${lo + round(rng.uniform(2, 30), 2):.2f}"
+        pricing = (f"${lo:.2f}" if rng.random() < 0.7
+                   else f"${lo:.2f} - ${lo + round(rng.uniform(2, 30), 2):.2f}")
         options = {}
         for oname in sorted(rng.sample(sorted(opts), rng.randint(0, 2))):
             options[oname] = [{"value": v, "image": None} for v in rng.sample(opts[oname], rng.randint(2, 3))]
@@ -538,11 +568,11 @@ def make_catalogue(seed=0, n_products=1000):
             caps = [10 * (int(price // 10) + k) for k in range(1, 5)]  # next four multiples of 10
             cap = max(rng.sample(caps, 2))
             inst = attrs[p["asin"]]["instruction"]
-            text = inst + (" with " + ", and ".join(f"{k}: {v}" for k, v in combo.items()) if combo else "") + \
-                f", and price lower than {cap:.2f} dollars"
-            goals.append({"asin": p["asin"], "category": p["category"], "query": p["query"], "name": p["name"],
-                          "product_category": p["product_category"], "instruction_text": text,
-                          "attributes": attrs[p["asin"]]["instruction_attributes"], "goal_options": combo,
-                          "price_upper": float(cap)})
+            text = (inst + (" with " + ", and ".join(f"{k}: {v}" for k, v in combo.items()) if combo else "")
+                    + f", and price lower than {cap:.2f} dollars")
+            goals.append({"asin": p["asin"], "category": p["category"], "query": p["query"],
+                          "name": p["name"], "product_category": p["product_category"],
+                          "instruction_text": text, "attributes": attrs[p["asin"]]["instruction_attributes"],
+                          "goal_options": combo, "price_upper": float(cap)})
     rng.shuffle(goals)  # goal i is a stable id: the order depends only on (seed, n_products)
     return products, attrs, goals

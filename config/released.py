@@ -7,31 +7,40 @@ games = "official"
 prompt = "full"
 max_steps = 20                 # env.max_steps=20 in the launcher (the yaml's 50 is overridden)
 history_length = 2
-max_prompt_tokens = 4096       # data.max_prompt_length=4096; an over-long prompt drops its oldest history first
+# data.max_prompt_length=4096; an over-long prompt drops its oldest history first
+max_prompt_tokens = 4096
 max_new_tokens = 512
 reward_scale = 10.0            # reward = 10 * won - 0.1 * invalid steps
 invalid_penalty = 0.1
-parse_lower = True             # the authors' action projection: a lower-cased reply, the first <action> tag,
-parse_think = True             # and a reply without <think>...</think> counted invalid (still played, penalised)
+# the authors' action projection: a lower-cased reply, the first <action> tag, and a reply without
+# <think>...</think> counted invalid (still played, penalised)
+parse_lower = True
+parse_think = True
 webshop_setting = "authors"    # --env webshop: env.webshop.use_small, human_goals: False
 webshop_split = "authors"
 scheduler = "g2"
-# The released code's depth rules: config.METHODS["released_rules"], the one list the CPU grid and bench.py read too.
+# The released code's depth rules: config.METHODS["released_rules"], the one list the CPU grid
+# and bench.py read too.
 # The launcher that matches the paper's method (examples/gmsv_trainer/run_alfworld.sh at commit e065918) adds
-# dynamic sigma, the band 0.5 / 0.5 and prefix SFT at 0.5 to the yaml; the other stored launcher (1df588) does not:
-# --sigma_mode fixed --acc_low 0.4 --acc_high 0.6 --eta 0 gives that one (docs/gpu.md). Each value and its source:
+# dynamic sigma, the band 0.5 / 0.5 and prefix SFT at 0.5 to the yaml; the other stored launcher (1df588)
+# does not: --sigma_mode fixed --acc_low 0.4 --acc_high 0.6 --eta 0 gives that one (docs/gpu.md).
+# Each value and its source:
 #   K 5, cluster_mode balanced   gmsv.num_difficulty_groups: 5, balanced sizes over the sorted unique lengths
-#   lam 0.3, cap 0.8             gmsv.lambda_value, max_length / mu_global_max: caps mu_global and the sampled ratio
-#   mu_update deadband 0.5 / 0.5 gmsv.batch_acc_low=0.5, batch_acc_high=0.5: mu_global moves unless acc_B is 0.5
+#   lam 0.3, cap 0.8             gmsv.lambda_value, max_length / mu_global_max:
+#                                caps mu_global and the sampled ratio
+#   mu_update deadband 0.5 / 0.5 gmsv.batch_acc_low=0.5, batch_acc_high=0.5:
+#                                mu_global moves unless acc_B is 0.5
 #   stats_level traj             A_k, V_k over 0/1 trajectory flags (gmsv/alfworld.py)
 #   sigma_mode dynamic           gmsv.sigma_mode=dynamic_sigma: max(sigma_min 0.1, gamma 1.0 * V_k)
 from config import METHODS as _METHODS, flag_values as _flag_values  # "_" names are not config keys
 
 locals().update(_flag_values(_METHODS["released_rules"][1]))
 sigma_fixed = 0.25             # the yaml's fixed_sigma, used with --sigma_mode fixed
-prefix_unit = "token"          # floor(r * prefix tokens), out to that step's end, at most min(L, max_steps) - 1
+# floor(r * prefix tokens), out to that step's end, at most min(L, max_steps) - 1
+prefix_unit = "token"
 eta = 0.5                      # gmsv.prefix_sft.enable=true, loss_coef=0.5
-aux_agg = "prefix-mean"        # their prefix SFT: each row's token mean, weight 1/len(prefix) (one copy per rollout)
+# their prefix SFT: each row's token mean, weight 1/len(prefix) (one copy per rollout)
+aux_agg = "prefix-mean"
 steps = 300
 batch_tasks = 16
 group_size = 8
