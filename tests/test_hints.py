@@ -82,3 +82,76 @@ def test_train_py_reads_the_expert_file_for_training_tasks_only(tmp_path):
     assert train[0]["walkthrough"] == ["look"] + games[0]["walkthrough"] and train[0]["thinks"][0] == "a"
     assert train[1:] == games[1:]
     assert tasks_for(c, "valid_seen") == load_tasks("valid_seen", task_types=["pick_and_place_simple"])
+
+
+# ---- the hint sources
+def episode(task_id, played, won=True, error=None):
+    return {"task_id": task_id, "played": played, "won": won, "error": error}
+
+
+def test_self_source_keeps_each_tasks_shortest_clean_win_and_survives_json():
+    from hints import SelfSource
+    source = SelfSource()
+    assert source.hint({"id": "a"}) is None
+    assert source.observe([episode("a", ["x", "y", "z"], won=False), episode("b", ["p"], error="crash")]) == []
+    assert source.observe([episode("a", ["x", "y", "z"]), episode("b", ["p", "q"])]) == ["a", "b"]
+    assert source.observe([episode("a", ["x", "y", "z", "w"]), episode("a", ["x", "z"]),
+                           episode("b", ["q", "p"])]) == ["a"]  # longer and equal wins change nothing
+    assert source.hint({"id": "a"}) == (["x", "z"], []) and source.hint({"id": "b"}) == (["p", "q"], [])
+    restored = SelfSource()
+    restored.load_state_dict(json.loads(json.dumps(source.state_dict())))
+    assert restored.best == source.best
+
+
+def test_self_and_mixed_combine_the_expert_and_the_policys_wins():
+    """self: the expert's hint where there is one, else the policy's own win; mixed: the shorter of the two."""
+    from hints import ExpertSource, FirstOf, SelfSource, Shortest
+    tasks = [{"id": "a", "walkthrough": ["1", "2", "3"], "thinks": ["t1", "t2", "t3"]},
+             {"id": "b", "walkthrough": ["1", "2"]}]
+    wins = [episode("a", ["9"]), episode("b", ["8", "7", "6"]), episode("c", ["5"])]
+    self_hints, mixed = FirstOf(ExpertSource(tasks), SelfSource()), Shortest(ExpertSource(tasks), SelfSource())
+    assert self_hints.hint({"id": "c"}) is None
+    assert self_hints.observe(wins) == mixed.observe(wins) == ["a", "b", "c"]
+    assert self_hints.hint({"id": "a"}) == (["1", "2", "3"], ["t1", "t2", "t3"])
+    assert self_hints.hint({"id": "c"}) == (["5"], [])
+    assert mixed.hint({"id": "a"}) == (["9"], []) and mixed.hint({"id": "b"}) == (["1", "2"], [])
+    restored = Shortest(ExpertSource(tasks), SelfSource())
+    restored.load_state_dict(json.loads(json.dumps(mixed.state_dict())))
+    assert [restored.hint({"id": i}) for i in "abc"] == [mixed.hint({"id": i}) for i in "abc"]
+
+
+def test_dropped_walkthroughs_are_a_fixed_share_and_the_same_for_every_run():
+    from hints import ExpertSource, dropped_ids, group
+    tasks = [{"id": f"t{i:02d}", "walkthrough": ["go", "take"]} for i in range(40)]
+    dropped = dropped_ids(tasks, 0.5)
+    assert len(dropped) == 20 and dropped == dropped_ids(list(reversed(tasks)), 0.5)  # order-free
+    assert set(dropped_ids(tasks, 0.25)) < set(dropped)  # one permutation: a smaller share is nested in it
+    assert dropped_ids(tasks, 0.0) == [] and len(dropped_ids(tasks, 1.0)) == 40
+    source = ExpertSource(tasks, dropped)
+    assert [source.hint(t) is None for t in tasks] == [t["id"] in dropped for t in tasks]
+    kept = next(t for t in tasks if t["id"] not in dropped)
+    assert group(source, kept, 1, 2) == {"task": kept, "n": 1, "R": 2, "prefix": ["go"], "thinks": []}
+    unhinted = next(t for t in tasks if t["id"] in dropped)
+    assert group(source, unhinted, 0, 2)["prefix"] == []
+    with pytest.raises(ValueError, match="a prefix of 1 steps, but its hint has 0"):
+        group(source, unhinted, 1, 2)
+
+
+def test_games_without_a_walkthrough_are_kept_for_a_self_source_and_refused_otherwise(tmp_path, monkeypatch):
+    import shutil
+    from tasks import tasks_for
+    src = load_tasks("train", task_types=["pick_and_place_simple"])[:3]
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))
+    for i, t in enumerate(src):
+        dst = tmp_path / "json_2.1.1" / "train" / t["id"].split("/", 1)[1]
+        shutil.copytree(os.path.dirname(t["gamefile"]), dst)
+        if i == 1:
+            game = json.load(open(dst / "game.tw-pddl"))
+            del game["walkthrough"]
+            json.dump(game, open(dst / "game.tw-pddl", "w"))
+    with pytest.raises(ValueError, match="1 games without a walkthrough.*--hint_source self or mixed"):
+        tasks_for(dataclasses.replace(Config(), games="official"), "train")
+    for hint_source in ("self", "mixed"):
+        got = tasks_for(dataclasses.replace(Config(), games="official", hint_source=hint_source), "train")
+        assert [t["walkthrough"] for t in got] == [src[0]["walkthrough"], [], src[2]["walkthrough"]]
+        assert [t["L"] for t in got] == [src[0]["L"], 0, src[2]["L"]]

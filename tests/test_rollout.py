@@ -438,3 +438,38 @@ def test_aux_loss_weighting_token_mean_and_the_authors_prefix_mean(tiny):
             loss = learn.micro_loss("aux", rows, counts, {}, parts)
         assert loss.item() == pytest.approx(want, rel=1e-5), agg
         assert parts["aux"] == pytest.approx(want / 0.5, rel=1e-5)  # logged without the weight eta
+
+
+class QueueEngine:
+    """Test double for the engine only: replies with the next action of a fixed list, one prompt a call."""
+
+    def __init__(self, tok, actions):
+        self.tok, self.actions = tok, list(actions)
+
+    def generate(self, prompts, max_new_tokens, temperature=1.0, seed=0, allowed=None):
+        assert len(prompts) == 1
+        ids = self.tok.encode(expert_reply(self.actions.pop(0)), add_special_tokens=False) + [self.tok.eos_token_id]
+        return [{"ids": ids, "logprobs": [0.0] * len(ids), "finished": True}]
+
+
+def test_episodes_carry_what_was_played_and_a_self_source_replays_it(tiny, pool):
+    """An episode's "played" holds the replayed prefix and the actions the game took after it: a well-formed
+    action the game refuses (not admissible, nothing changes) is left out. A self source keeps that win as the
+    task's hint, and replaying all but its last action leaves one step to win."""
+    from hints import ExpertSource, SelfSource, group
+    _, tok = tiny
+    t = next(t for t in load_tasks("train") if t["L"] >= 4)
+    n = 2
+    out = rollout(QueueEngine(tok, ["fly to the moon"] + t["walkthrough"][n:]), pool, tok,
+                  [group(ExpertSource([t]), t, n, 1)], cfg())
+    episode = out["episodes"][0]
+    assert episode["won"] and episode["invalid"] == 1 and episode["steps"] == t["L"] + 1
+    assert episode["played"] == t["walkthrough"]
+    source = SelfSource()
+    assert source.observe(out["episodes"]) == [t["id"]]
+    assert source.hint(t) == (t["walkthrough"], [])
+    L = len(source.hint(t)[0])
+    replay = group(source, t, L - 1, 1)
+    assert replay["prefix"] == t["walkthrough"][:-1] and replay["thinks"] == []
+    win = rollout(QueueEngine(tok, t["walkthrough"][-1:]), pool, tok, [replay], cfg())
+    assert win["episodes"][0]["won"] and win["episodes"][0]["steps"] == L

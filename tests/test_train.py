@@ -315,3 +315,26 @@ def test_released_preset_evaluates_as_the_authors_do(tmp_path):
     assert all(summary["best"][k]["step"] in (0, 2) for k in keys)
     assert "(best " in log and " trunc 0% |" in log  # the [done] line; the step line's truncated share
     assert all(r["tokens"] > 0 for r in records(tmp_path))
+
+
+def test_self_hints_run_and_resume_warns_when_a_run_state_is_missing(tmp_path):
+    """--hint_source self --drop_walkthroughs 0.5: half the training tasks start without a hint (played at
+    depth 0, outside the scheduler's statistics); every checkpoint holds the run-state registry (the scheduler
+    and the hint source); a checkpoint without one of them resumes with a warning, not silently."""
+    import re
+    common = ["--steps", "2", "--engine", "hf", "--hint_source", "self", "--drop_walkthroughs", "0.5",
+              "--ckpt_every", "1"]
+    log = train(tmp_path, *common)
+    hinted, total = map(int, re.search(r"\[hints\] self: (\d+) of (\d+) training tasks start", log).groups())
+    assert hinted == total - round(0.5 * total)
+    recs = records(tmp_path)
+    assert all(0 <= r["hinted"] <= 4 and r["state_same_on_ranks"] for r in recs)
+    state = json.load(open(tmp_path / "ckpt_000001" / "state.json"))
+    assert set(state["state"]) == {"sched", "hints"}
+    assert set(state["state"]["hints"]) == {"0", "1"} and "best" in state["state"]["hints"]["1"]
+    del state["state"]["hints"]
+    json.dump(state, open(tmp_path / "ckpt_000001" / "state.json", "w"))
+    import shutil
+    shutil.rmtree(tmp_path / "ckpt_000002")
+    log = train(tmp_path, *common, "--resume", "auto")
+    assert "holds no 'hints' state; it starts afresh" in log and "continuing at step 1" in log
