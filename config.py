@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PRESET_DIR = os.path.join(HERE, "config")
 
 # Allowed values of every string flag that selects a branch. An unknown value is an error.
+HINT_SOURCES = ["expert", "self", "mixed"]  # or module:Class, a source of your own (hints.load_source)
 CHOICES = {
     "scheduler": list(RULES),
     "sampling": ["gaussian", "uniform", "none"],
@@ -43,7 +45,6 @@ CHOICES = {
     "webshop_setting": ["authors", "human"],
     "eval_protocol": ["panel", "authors", "both"],
     "aux_agg": ["token-mean", "prefix-mean"],
-    "hint_source": ["expert", "self", "mixed"],
     "device": ["auto", "cpu", "cuda"],
     "dtype": ["auto", "float32", "bfloat16"],
     "parallel": ["ddp", "fsdp"],
@@ -98,7 +99,8 @@ class Config:
                              "lite's generated goals are synthetic")
     hint_source: str = F("expert", "where the prefixes come from (hints.py): "
                          "expert (the expert trajectories) | self (and, for a task without one, "
-                         "the shortest win the policy played) | mixed (each task's shortest of the two)")
+                         "the shortest win the policy played) | mixed (each task's shortest of the two) "
+                         "| module:Class (a source of your own)")
     drop_walkthroughs: float = F(0.0, "treat this fixed, seeded share of the training tasks as having no "
                                  "expert trajectory (an experiment on hint-less tasks; 0 = none)")
     expert_data: str = F("", "expert trajectories in the authors' JSON "
@@ -377,6 +379,11 @@ def validate(cfg):
     for key, allowed in CHOICES.items():
         if getattr(cfg, key) not in allowed:
             raise ValueError(f"--{key} {getattr(cfg, key)!r}: expected one of {allowed}")
+    if cfg.hint_source not in HINT_SOURCES and not re.fullmatch(r"[\w.]+:\w+", cfg.hint_source):
+        raise ValueError(f"--hint_source {cfg.hint_source!r}: expected one of {HINT_SOURCES} or module:Class")
+    if ":" in cfg.hint_source:  # a source of your own: importable, with the four methods
+        from hints import load_source
+        load_source(cfg.hint_source)
     if cfg.group_size < 1 or cfg.batch_tasks < 1 or cfg.steps < 1:
         raise ValueError("--group_size, --batch_tasks and --steps must be >= 1")
     if cfg.group_size < 2 and cfg.mode == "grpo":

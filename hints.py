@@ -11,7 +11,8 @@ authors' expert data where --expert_data has an entry (read below, with its thin
 shortest winning trajectory the policy itself has played for the task, valid actions only, the replayed prefix
 included (an invalid action leaves the state as it was, so skipping it replays the same episode). A task with
 no hint yet is played at depth 0, and its group does not move the scheduler's statistics (train.py). A new
-source is a class with these four methods, and one line in make_source.
+source is one file of your own: a class with these four methods, built as Class(cfg, tasks), selected with
+--hint_source my_file:MyClass (make_source imports it; README "Hack it" has one).
 
 The authors' file is {"trajectories": [{"id", "task_type", "actions", "think"}, ...]}: 3,553 ALFWorld entries,
 one per training game, each step with an LLM-written think. Their actions need not be the game's walkthrough
@@ -203,11 +204,36 @@ def dropped_ids(tasks, share):
 
 def make_source(cfg, tasks):
     """--hint_source: expert (the expert trajectories alone) | self (the expert's, and for a task without one
-    the policy's own shortest win) | mixed (each task's shortest of the two)."""
+    the policy's own shortest win) | mixed (each task's shortest of the two) | module:Class (a source of your
+    own, built as Class(cfg, tasks))."""
+    if ":" in cfg.hint_source:
+        return load_source(cfg.hint_source)(cfg, tasks)
     expert = ExpertSource(tasks, dropped_ids(tasks, cfg.drop_walkthroughs) if cfg.drop_walkthroughs else ())
     if cfg.hint_source == "expert":
         return expert
     return (FirstOf if cfg.hint_source == "self" else Shortest)(expert, SelfSource())
+
+
+SOURCE_METHODS = ("hint", "observe", "state_dict", "load_state_dict")
+
+
+def load_source(spec):
+    """'module:Class' -> the class, importable from the working directory or sys.path; a clear error if the
+    module, the class or one of the four methods is missing."""
+    import importlib
+    module_name, _, class_name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"--hint_source {spec}: cannot import {module_name!r} ({e})") from None
+    cls = getattr(module, class_name, None)
+    missing = [m for m in SOURCE_METHODS if not callable(getattr(cls, m, None))]
+    if cls is None:
+        raise ValueError(f"--hint_source {spec}: no class {class_name!r} in {module.__file__}")
+    if missing:
+        raise ValueError(f"--hint_source {spec}: {class_name} lacks {', '.join(missing)} "
+                         f"(a hint source has {', '.join(SOURCE_METHODS)})")
+    return cls
 
 
 def group(source, task, n, R):
