@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass, field
 
 # numpy + math only: the scheduler names and their help come from the registry
-from scheduler import KNOBS, KNOBS_TAKEN, RULES
+from scheduler import KNOBS, RULES, freeze_knobs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PRESET_DIR = os.path.join(HERE, "config")
@@ -215,7 +215,7 @@ if _clash:
 Config = dataclasses.make_dataclass("Config", [(k, type(d), F(d, h)) for k, (d, h) in KNOBS.items()],
                                     bases=(Config,))
 Config.__module__ = __name__  # make_dataclass says "types" before Python 3.12: pickle must find config.Config
-KNOBS_TAKEN[0] = True  # a rule registered from now on cannot add a field: scheduler.register says so
+freeze_knobs()  # a rule registered from now on cannot add a field: scheduler.register says so
 
 
 # ---- the one list of methods: run_all.sh's grid, eval.py's tables, bench.py's simulation, eval.py diagnose's

@@ -13,6 +13,7 @@ Each turn, every live episode of the batch generates in one engine call; finishe
 steps appear in the history exactly like the agent's own and count against max_steps.
 """
 import contextlib
+import itertools
 import logging
 import os
 import random
@@ -464,12 +465,7 @@ def make_engine(cfg, model_path, tok, device, seed, seqs=1):
 # ----------------------------------------------------------------------------------------------
 # The rollout loop
 # ----------------------------------------------------------------------------------------------
-_EID = [0]
-
-
-def _new_eid():
-    _EID[0] += 1
-    return _EID[0]
+episode_ids = itertools.count(1)  # one id per episode this process plays: the env workers' handle
 
 
 def rollout(engine, pool, tok, groups, cfg, seed=0):
@@ -481,7 +477,7 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
     eps = []
     for gid, g in enumerate(groups):
         for _ in range(g["R"]):
-            eps.append({"eid": _new_eid(), "gid": gid, "task": g["task"], "n": g["n"], "rows": [],
+            eps.append({"eid": next(episode_ids), "gid": gid, "task": g["task"], "n": g["n"], "rows": [],
                         "done": False, "won": False, "invalid": 0, "error": None,
                         "thinks": g.get("thinks") or [],
                         "played": list(g["prefix"])})  # played: the prefix, then the valid actions taken

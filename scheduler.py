@@ -23,7 +23,7 @@ import numpy as np
 # name -> Rule subclass: the one list of depth rules (config.py's --scheduler choices come from it)
 RULES = {}
 KNOBS = {}  # flag -> (default, help): the rules' own config fields (config.py adds them to Config)
-KNOBS_TAKEN = [False]  # set once config.py has built Config from KNOBS
+knobs_frozen = False  # True once config.py has built Config from KNOBS (freeze_knobs)
 
 
 # ============================================================================================================
@@ -246,9 +246,15 @@ class Rule:
         vars(self).update(sd)
 
 
+def freeze_knobs():
+    """Called by config.py once Config has its fields: a rule registered later cannot add a flag."""
+    global knobs_frozen
+    knobs_frozen = True
+
+
 def register(cls):
     """Add a Rule subclass to RULES (and its knobs to the config)."""
-    if cls.knobs and KNOBS_TAKEN[0]:
+    if cls.knobs and knobs_frozen:
         raise RuntimeError(f"rule {cls.name!r} with knobs: config.Config is already built; register rules "
                            "with their own flags in scheduler.py itself")
     RULES[cls.name] = cls

@@ -155,3 +155,33 @@ def test_games_without_a_walkthrough_are_kept_for_a_self_source_and_refused_othe
         got = tasks_for(dataclasses.replace(Config(), games="official", hint_source=hint_source), "train")
         assert [t["walkthrough"] for t in got] == [src[0]["walkthrough"], [], src[2]["walkthrough"]]
         assert [t["L"] for t in got] == [src[0]["L"], 0, src[2]["L"]]
+
+
+def test_the_readme_hint_source_runs_as_one_file(tmp_path, monkeypatch, capsys):
+    """README "Hack it": the hint-source block, written to its own file and selected with --hint_source
+    my_hints:LatestWin, is all a new source takes; a malformed one is a one-line error at config time."""
+    import re
+    import sys
+    from config import get_config
+    from hints import group, make_source
+    readme = open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "README.md")).read()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if b.startswith("# my_hints.py"))
+    (tmp_path / "my_hints.py").write_text(block)
+    (tmp_path / "bad_hints.py").write_text("class NoObserve:\n    def hint(self, task):\n        return None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = get_config(["--hint_source", "my_hints:LatestWin", "--drop_walkthroughs", "0.5"])
+    tasks = [{"id": f"t{i}", "walkthrough": ["go", "take", "put"]} for i in range(4)]
+    source = make_source(cfg, tasks)
+    assert [source.hint(t) is None for t in tasks].count(True) == 2  # the dropped half has no hint yet
+    bare = next(t for t in tasks if source.hint(t) is None)
+    assert source.observe([episode(bare["id"], ["look", "take"])]) == [bare["id"]]
+    assert group(source, bare, 1, 2)["prefix"] == ["look"]
+    assert source.observe([episode(bare["id"], ["look", "take"])]) == []  # the same win again: no change
+    restored = make_source(cfg, tasks)
+    restored.load_state_dict(json.loads(json.dumps(source.state_dict())))
+    assert restored.hint(bare) == source.hint(bare) == (["look", "take"], [])
+    with pytest.raises(SystemExit):
+        get_config(["--hint_source", "bad_hints:NoObserve"])
+    assert "NoObserve lacks observe, state_dict, load_state_dict" in capsys.readouterr().err
+    sys.modules.pop("my_hints", None)
+    sys.modules.pop("bad_hints", None)

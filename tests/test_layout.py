@@ -206,3 +206,30 @@ def test_the_wheel_installs_and_imports_every_module(tmp_path):
              "print('imported', len(sys.modules))\n")
     out = run(venv_python, "-c", probe, cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": ""})
     assert out.stdout.startswith("imported")
+
+
+def test_the_readmes_core_path_names_real_code():
+    """README "Read this first": every `file.py:name` (and the names listed after it) is a top-level function
+    or class of that file, and train.py's loop is where the list says; the list is the core path's length."""
+    import re
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    table = readme.split("## Read this first")[1].split("\n## ")[0]
+    total = 0
+    for row in [r for r in table.splitlines() if r.startswith("| `")]:
+        cell = row.split("|")[1]
+        names = re.findall(r"`([^`]+)`", cell)
+        if names[0] == "train.py":
+            assert "for step in bar" in cell
+            text = open(os.path.join(ROOT, "train.py")).read().splitlines()
+            first = next(i for i, line in enumerate(text) if line.startswith("for step in bar"))
+            last = next(i for i, line in enumerate(text) if line.startswith("# ---") and i > first)
+            total += last - first
+            continue
+        path, first_name = names[0].split(":")
+        tree = ast.parse(open(os.path.join(ROOT, path)).read())
+        defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        for name in [first_name] + names[1:]:
+            assert name in defs, f"README core path: {path} has no top-level {name}"
+            total += defs[name].end_lineno - defs[name].lineno + 1
+    claimed = int(re.search(r"about (\d+) lines", table).group(1))
+    assert abs(total - claimed) <= 50, f"the core path is {total} lines; README says about {claimed}"

@@ -110,11 +110,12 @@ def test_cpu_smoke_grid_gives_every_entry_its_step(tmp_path):
     assert again.returncode == 0 and again.stdout.count("[run_all] done already:") == len(names)
 
 
-@pytest.mark.parametrize("regime", ["toy", "pick2"])
-def test_readme_tables_are_rebuilt_from_results(regime):
-    """Each README results table is exactly what `python eval.py table results/cpu/<regime>` prints from the kept
-    summaries."""
-    readme = open(os.path.join(ROOT, "README.md")).read()
+@pytest.mark.parametrize("doc, regime", [("README.md", "pick2"), ("docs/results.md", "toy"),
+                                         ("docs/results.md", "pick2")])
+def test_results_tables_are_rebuilt_from_results(doc, regime):
+    """Each results table of the README and docs/results.md is exactly what `python eval.py table
+    results/cpu/<regime>` prints from the kept summaries."""
+    readme = open(os.path.join(ROOT, doc)).read()
     start, end = f"<!-- {regime}-table: python eval.py table results/cpu/{regime} -->", f"<!-- /{regime}-table -->"
     assert start in readme and end in readme
     block = readme.split(start)[1].split(end)[0].strip()
