@@ -5,8 +5,9 @@ read back on resume.
                            (a plain HF checkpoint: loads in transformers and vLLM)
                            trainer.pt   {"opt": optimizer state,
                                          "rng": [per-rank python/numpy/torch RNG states]}
-                           state.json   {"step", "reason", "sched", "redraws",
-                                         "wall_s" (seconds so far, over every resumed process)}
+                           state.json   {"step", "reason", "redraws", "state" (train.py's run
+                                         state: {"sched", "hints", ...}), "wall_s" (seconds so far,
+                                         over every resumed process)}
                            config.json.run (the run's full flag set), COMPLETE (written last)
 
     python train.py --resume auto            # the newest complete checkpoint in --out_dir

@@ -218,10 +218,10 @@ Config.__module__ = __name__  # make_dataclass says "types" before Python 3.12: 
 freeze_knobs()  # a rule registered from now on cannot add a field: scheduler.register says so
 
 
-# ---- the one list of methods: run_all.sh's grid, eval.py's tables, bench.py's simulation, eval.py diagnose's
-# replay and config/released.py read it. name -> (run_all.sh --only group, its flags beyond the preset). Table
-# sections follow the groups (report.TABLES); WebShop's entries are named ws_*. [beyond] entries go in no
-# grid.
+# ---- the one list of methods: run_all.sh's grid, eval.py's tables, bench.py's simulation, eval.py
+# diagnose's replay and config/released.py read it. name -> (run_all.sh --only group, its flags beyond the
+# preset). Table sections follow the groups (report.TABLES); WebShop's entries are named ws_*. [beyond]
+# entries go in no grid.
 METHODS = {
     "g2": ("main", "--scheduler g2"),
     "grpo": ("main", "--scheduler none"),
@@ -270,8 +270,7 @@ METHODS = {
     "g2_ucb": ("beyond", "--scheduler g2_ucb"),
     "g2_mix": ("beyond", "--scheduler g2_mix"),
 }
-# the rollout-budget sweep of the paper's Figure 2b (bench.py sched, eval.py diagnose): probes against
-# Agent-G²
+# the rollout-budget sweep of the paper's Figure 2b (bench.py sched, eval.py diagnose): probes vs Agent-G²
 BUDGET = {"binary M=1": "--scheduler binary --max_probes 1",
           "binary M=2": "--scheduler binary --max_probes 2",
           "binary M=3": "--scheduler binary --max_probes 3",

@@ -174,8 +174,8 @@ def write_transcripts(path, out, tok, k=3, header=""):
 def panel(engine, pool, tok, tasks, cfg, seeds, temperature, path, protocol="panel"):
     """protocol "panel": play every task once per seed; "authors": per seed s, the authors' validation number
     s (authors_draw: --authors_episodes episodes, repeats possible; s = 0 is the one before training). Per
-    seed: overall and per-type success with Wilson intervals; across seeds: mean and std. Results are written
-    to `path` after each seed, and a rerun skips the seeds already there."""
+    seed: overall and per-type success with Wilson intervals, the ids of the tasks won; across seeds: mean
+    and std. Results are written to `path` after each seed, and a rerun skips the seeds already there."""
     res = json.load(open(path)) if os.path.exists(path) else {}
     key = {"tasks": [t["id"] for t in tasks], "temperature": temperature, "model": cfg.model,
            "protocol": protocol}
@@ -192,7 +192,9 @@ def panel(engine, pool, tok, tasks, cfg, seeds, temperature, path, protocol="pan
                                 "ci95": wilson(r["won"], r["n"]), "score": r["score"],
                                 "per_type": {k: {"won": w, "n": m, "success": w / m, "ci95": wilson(w, m)}
                                              for k, (w, m) in r["per_type_won"].items()},
-                                "invalid": r["invalid"]}
+                                "invalid": r["invalid"],
+                                "won_ids": [t["id"] for t, e in zip(played, r["out"]["episodes"])
+                                            if e["won"]]}
         json.dump(res, open(path + ".tmp", "w"), indent=1)
         os.replace(path + ".tmp", path)
     per = [res["seeds"][str(s)] for s in seeds]

@@ -194,7 +194,7 @@ def step_rewards(won, invalid, reward_scale, invalid_penalty, level):
     invalid] (verl-agent's per-step invalid-action penalty). -> [n] floats."""
     if level == "traj":
         return [reward_scale * float(won) - invalid_penalty * sum(invalid)] * len(invalid)
-    if level == "step":
+    if level == "step":  # [released]
         return [reward_scale * float(won) - invalid_penalty * float(b) for b in invalid]
     raise ValueError(f"unknown advantage level {level!r} (expected traj or step)")
 
@@ -203,16 +203,17 @@ def agg_weights(agg, row_tokens, episode_tokens, n_tokens, n_rows, n_episodes):
     """Weight of each token of each row so that loss = sum_rows w_row * sum_t tok_loss_t is the aggregation's
     mean. row_tokens [b]: response tokens of the row; episode_tokens [b]: response tokens of the row's whole
     episode; n_tokens / n_rows / n_episodes: global counts (all ranks) of the batch being aggregated.
-      token-mean           1 / n_tokens                    every token weighs the same (long episodes weigh
-      more) seq-mean-token-sum   1 / n_rows                      every step row's token sum weighs the same
-      seq-mean-token-mean  1 / (row_tokens * n_rows)       every step row weighs the same
+      token-mean           1 / n_tokens                       every token weighs the same (long episodes
+                                                              weigh more): verl's default, the GPU presets
+      seq-mean-token-sum   1 / n_rows                         every step row's token sum weighs the same
+      seq-mean-token-mean  1 / (row_tokens * n_rows)          every step row weighs the same
       episode              1 / (episode_tokens * n_episodes)  every episode weighs the same (mean over its
-      tokens)
+                                                              tokens): the CPU presets
     -> [b] float."""
     row_tokens, episode_tokens = row_tokens.float().clamp(min=1), episode_tokens.float().clamp(min=1)
     if agg == "token-mean":
         return torch.full_like(row_tokens, 1.0 / max(n_tokens, 1))
-    if agg == "seq-mean-token-sum":
+    if agg == "seq-mean-token-sum":  # [beyond] verl's other aggregations, then the CPU presets' episode mean
         return torch.full_like(row_tokens, 1.0 / max(n_rows, 1))
     if agg == "seq-mean-token-mean":
         return 1.0 / (row_tokens * max(n_rows, 1))
@@ -228,21 +229,18 @@ def policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp=None, kl_coef=0.0, ti
     positive advantage. -> (loss, stats) with stats = weighted pg and kl terms, clip fraction and max |ratio -
     1| (pg, kl: weighted like the loss; clipped: a token count; all add up over micro-batches and ranks).
     tis [b, T] (beyond the paper, --tis_cap): a truncated importance weight min(pi_old / pi_engine, C) on the
-    pg
-      term, for the mismatch between the engine that sampled and the trainer that scores (constant, no
+      pg term, for the mismatch between the engine that sampled and the trainer that scores (constant, no
       gradient).
     dual_clip c > 1 (verl's clip_ratio_c): for a negative advantage the pg term is capped at -A * c, so a
-    token
-      whose ratio has run far past 1 + eps cannot dominate the loss. 0 = off.
+      token whose ratio has run far past 1 + eps cannot dominate the loss. 0 = off.
     entropy [b, T] (token_logprobs_entropy) with entropy_coef: - coef * H per token, aggregated like the pg
-    term (verl's
-      entropy_coeff): minimising the loss raises the entropy."""
+      term (verl's entropy_coeff): minimising the loss raises the entropy."""
     ratio = torch.exp(lp - old_lp)  # [b, T]
     a = adv[:, None]  # [b, 1]
     pg = -torch.min(ratio * a, torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * a)  # [b, T]
     if dual_clip > 0:
         pg = torch.where(a < 0, torch.minimum(pg, -a * dual_clip), pg)
-    if tis is not None:
+    if tis is not None:  # [beyond]
         pg = pg * tis.detach()
     tok = pg
     kl = torch.zeros_like(lp)

@@ -175,8 +175,7 @@ def memory_gb(size, world=8, fsdp=False, seqs=16, seq_len=4608, micro_batch=8, r
     else:
         transient["backward, first step only: DDP grads before they are bucket views"] = 4 * P
     # torch AdamW (foreach, the CUDA default: torch/optim/adamw.py -> adam.py _multi_tensor_adam) builds
-    # sqrt(v) / sqrt(bc2) + eps for every parameter of the group at once: one fp32 copy of the (local)
-    # parameters
+    # sqrt(v) / sqrt(bc2) + eps for every parameter of the group at once: one fp32 copy of the (local) params
     step = {"optimizer step: AdamW foreach temporaries (sqrt v)": 4 * P / shard}
     out = {k: v / GB for k, v in {**rows, **transient, **step}.items()}
     resident = sum(rows.values())

@@ -395,8 +395,7 @@ VLLM_NOISE = {  # logger -> starts of messages that ask nothing of a user of thi
                                   "CPU backend doesn't allow to use `torch.set_num_threads`"),
     # reload_weights, at every sync: the layerwise reloader counts the rotary embedding's cos/sin cache as a
     # loadable tensor, finds no checkpoint weight for it (no checkpoint has it) and puts the cache back
-    # unchanged; the per-step sync check (sync_err in log.jsonl) shows the synced engine scores like the
-    # trainer
+    # unchanged; the per-step sync check (sync_err in log.jsonl) shows the synced engine scores as the trainer
     "vllm.model_executor.model_loader.reload.layerwise": ("RotaryEmbedding: Failed to load weights",),
 }
 

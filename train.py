@@ -12,9 +12,8 @@ engine, the loop, cleanup.
 
 One step: the scheduler picks a depth n_i for each of |B| tasks -> each rank plays R rollouts per task of its
 shard, after the first n_i actions of the task's hint -> group-normalised advantages -> L = L_GRPO + eta *
-L_aux
--> AdamW step -> weights synced into the engine -> the scheduler is updated from the batch's success rates,
-gathered from all ranks so every rank holds the same scheduler state.
+L_aux -> AdamW step -> weights synced into the engine -> the scheduler is updated from the batch's success
+rates, gathered from all ranks so every rank holds the same scheduler state.
 """
 import contextlib
 import dataclasses
@@ -108,16 +107,16 @@ from tiny import resolve_model  # noqa: E402
 model_path = local_first(lambda: resolve_model(cfg), ddp, local_rank)
 try:
     tok = AutoTokenizer.from_pretrained(model_path)
-    # fp32 master weights
-    policy = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(device)
+    policy = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(device)  # fp32 master
 except (OSError, ValueError) as e:  # a hub id that is not reachable (offline, a typo)
     model_error(cfg.model, e)
 if cfg.grad_ckpt:
     policy.gradient_checkpointing_enable()
 model, fsdp, ref = policy, ddp and cfg.parallel == "fsdp", None
-if cfg.kl_coef > 0 and cfg.mode in ("grpo", "aux_only"):  # the reference computes as the policy does (KL 0 at
-    # step 0): FSDP2 casts both to bf16; DDP / one process: fp32 weights under the same autocast (bf16 weights
-    # would keep a bf16 residual stream beside the policy's fp32 one)
+# the reference computes as the policy does (KL 0 at step 0): FSDP2 casts both to bf16; DDP and one
+# process use fp32 weights under the same autocast (bf16 weights would keep a bf16 residual stream beside
+# the policy's fp32 one)
+if cfg.kl_coef > 0 and cfg.mode in ("grpo", "aux_only"):
     ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype if fsdp else torch.float32).to(device)
     ref.eval().requires_grad_(False)
 if ddp and not fsdp:  # gradients reduced in place (no second copy); no buffers to broadcast each forward
@@ -153,6 +152,7 @@ def sched_task(task):
         return {"id": task["id"], "L": None}
     if cfg.prefix_unit != "token":
         return {"id": task["id"], "L": len(hint[0])}
+    # [released] token units
     key = tuple(hint[0])
     if key not in tok_cum_cache:
         tok_cum_cache[key] = token_offsets(tok, hint[0])
@@ -193,25 +193,25 @@ def save_checkpoint(step, reason):
 # -------------------------------------------------------------- resume
 start_step, redraws, log_mode = 0, 0, "w"
 if cfg.resume:
-    path, sd, trainer, st = ckpt.load(cfg.resume, cfg.out_dir, policy.config.tie_word_embeddings,
-                                      not fsdp or master)
+    path, weights, trainer, saved = ckpt.load(cfg.resume, cfg.out_dir, policy.config.tie_word_embeddings,
+                                              not fsdp or master)
     # rank 0 reads the files and broadcasts: 8 host copies of a 7B model and its AdamW state would not fit
     if fsdp:
         from_rank0 = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-        set_model_state_dict(policy, sd, options=from_rank0)
+        set_model_state_dict(policy, weights, options=from_rank0)
         set_optimizer_state_dict(policy, opt, trainer["opt"], options=from_rank0)
     else:
-        policy.load_state_dict(sd)
+        policy.load_state_dict(weights)
         opt.load_state_dict(trainer["opt"])
     ckpt.set_rng_state(trainer["rng"][rank] if rank < len(trainer["rng"]) else trainer["rng"][0])
     for name, obj in run_state.items():
-        if name in st.get("state", {}):
-            obj.load_state_dict(st["state"][name])
+        if name in saved.get("state", {}):
+            obj.load_state_dict(saved["state"][name])
         elif master:
             print(f"[resume] warning: {path} holds no '{name}' state; it starts afresh")
-    start_step, redraws, log_mode = st["step"], st["redraws"], "a"
+    start_step, redraws, log_mode = saved["step"], saved["redraws"], "a"
     # summary.json's wall_s: every process of the run up to its last checkpoint
-    t_start -= st.get("wall_s", 0.0)
+    t_start -= saved.get("wall_s", 0.0)
     sync_engine()
     if master:
         print(f"[resume] {path}: continuing at step {start_step}")
@@ -225,10 +225,11 @@ if master:
     if cfg.resume:
         ckpt.trim_log(os.path.join(cfg.out_dir, "log.jsonl"), start_step, final=start_step >= cfg.steps)
     log = open(os.path.join(cfg.out_dir, "log.jsonl"), log_mode)
-    wb = None
+    wandb_run = None
     if cfg.wandb:
         import wandb
-        wb = wandb.init(project="agent-g2", config=json.load(open(os.path.join(cfg.out_dir, "config.json"))))
+        run_config = json.load(open(os.path.join(cfg.out_dir, "config.json")))
+        wandb_run = wandb.init(project="agent-g2", config=run_config)
 
 stop_requested = False
 
@@ -298,8 +299,8 @@ for step in bar:
     # 2. rollouts of this rank's shard (probe groups already played are reused, not replayed)
     t1 = time.time()
     if cfg.mode in ("sft_full", "sft_prefix"):  # SFT baselines: expert rows only, no policy play
-        ns = [sched_tasks[i]["L"] or 0 if cfg.mode == "sft_full" else plan["n"][i] for i in mine]
-        out = rollout(engine, pool, tok, [group(hints, tasks[i], n, 1) for i, n in zip(mine, ns)],
+        depths = [sched_tasks[i]["L"] or 0 if cfg.mode == "sft_full" else plan["n"][i] for i in mine]
+        out = rollout(engine, pool, tok, [group(hints, tasks[i], n, 1) for i, n in zip(mine, depths)],
                       dataclasses.replace(cfg, max_steps=0), cfg.seed + step)
         out["episodes"] = []
     else:  # groups already played as the chosen probe are reused; the rest are played now, in one batch
@@ -365,12 +366,12 @@ for step in bar:
     n_eps, n_err = sum(gather(len(out["episodes"]))), sum(gather(len(err)))
     zero = gather((n_zero, n_groups))
     if master:
-        ph = [p for p in p_hat if p is not None and p == p]
+        p_kept = [p for p in p_hat if p is not None and p == p]
         total = lambda key, parts_: sum(x.get(key, 0) for x in parts_)  # noqa: E731
-        rec = {"step": step, "lr": lr, "success": float(np.mean(ph)) if ph else None,
-               "in_band": float(np.mean([0.4 <= p <= 0.6 for p in ph])) if ph else None,
-               "all0": float(np.mean([p == 0 for p in ph])) if ph else None,
-               "all1": float(np.mean([p == 1 for p in ph])) if ph else None,
+        rec = {"step": step, "lr": lr, "success": float(np.mean(p_kept)) if p_kept else None,
+               "in_band": float(np.mean([0.4 <= p <= 0.6 for p in p_kept])) if p_kept else None,
+               "all0": float(np.mean([p == 0 for p in p_kept])) if p_kept else None,
+               "all1": float(np.mean([p == 1 for p in p_kept])) if p_kept else None,
                "zero_adv_groups": sum(z for z, _ in zero), "groups": sum(g for _, g in zero),
                **parts, "stepped": parts["update_rel"] > 0, "error_episodes": n_err,
                "mean_n": float(np.mean(plan["n"])), "mean_r": float(np.mean(plan["r"])),
@@ -391,8 +392,8 @@ for step in bar:
                "mem_peak_gb": torch.cuda.max_memory_allocated() / 2**30 if use_cuda else None}
         log.write(json.dumps(rec, default=lambda o: o.item() if hasattr(o, "item") else str(o)) + "\n")
         log.flush()
-        if wb:
-            wb.log(rec, step=step)
+        if wandb_run:
+            wandb_run.log(rec, step=step)
         bar.write(step_line(rec))
     # 7. evaluation and checkpoints
     if step + 1 < cfg.steps:

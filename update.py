@@ -23,8 +23,8 @@ from grpo import (adamw_update_norm, agg_weights, logprob_mismatch, mini_batches
 from parallel import all_max, all_sum, reduce_dict
 
 
-def response_logprobs(m, rows, pad_id, device="cpu", temperature=1.0, entropy=False):
-    """Per-token log-probs of each row's response_ids after its prompt_ids under model m (teacher forcing), at
+def response_logprobs(model, rows, pad_id, device="cpu", temperature=1.0, entropy=False):
+    """Per-token log-probs of each row's response_ids after its prompt_ids under `model` (teacher forcing), at
     the rollout temperature and, for rows with "allowed", restricted to the admissible-reply trie: the
     distribution the engine sampled from. Returns (lp [b, n], mask [b, n]), n = the longest response; with
     entropy=True also the entropy of that distribution per position ([b, n], grpo.token_logprobs_entropy).
@@ -32,27 +32,29 @@ def response_logprobs(m, rows, pad_id, device="cpu", temperature=1.0, entropy=Fa
     Only the response positions get logits (logits_to_keep): full-vocabulary logits over whole sequences would
     dominate activation memory (151,936 x 2.5k tokens = 1.5 GB per row in fp32 for Qwen2.5)."""
     P, n = max(len(r["prompt_ids"]) for r in rows), max(len(r["response_ids"]) for r in rows)
-    x = torch.full((len(rows), P + n), pad_id, dtype=torch.long)
-    att = torch.zeros((len(rows), P + n), dtype=torch.long)
+    input_ids = torch.full((len(rows), P + n), pad_id, dtype=torch.long)  # [b, P + n]
+    attention = torch.zeros((len(rows), P + n), dtype=torch.long)
     for b, r in enumerate(rows):
-        s = r["prompt_ids"] + r["response_ids"]
-        x[b, P - len(r["prompt_ids"]):P - len(r["prompt_ids"]) + len(s)] = torch.tensor(s)
-        att[b, P - len(r["prompt_ids"]):P - len(r["prompt_ids"]) + len(s)] = 1
-    pos = (att.cumsum(-1) - 1).clamp(min=0)  # [b, P + n]
+        ids, start = r["prompt_ids"] + r["response_ids"], P - len(r["prompt_ids"])
+        input_ids[b, start:start + len(ids)] = torch.tensor(ids)
+        attention[b, start:start + len(ids)] = 1
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)  # [b, P + n]
+    # mask, targets: [b, n]
     mask = torch.tensor([[1.0] * len(r["response_ids"]) + [0.0] * (n - len(r["response_ids"])) for r in rows])
-    tgt = torch.tensor([r["response_ids"] + [pad_id] * (n - len(r["response_ids"])) for r in rows])  # [b, n]
+    targets = torch.tensor([r["response_ids"] + [pad_id] * (n - len(r["response_ids"])) for r in rows])
     opts = pad_options([trie_options(r["response_ids"], r["allowed"]) if r.get("allowed") else None
                         for r in rows], n) if any(r.get("allowed") for r in rows) else None
-    x, att, pos, mask, tgt = x.to(device), att.to(device), pos.to(device), mask.to(device), tgt.to(device)
+    mask, targets = mask.to(device), targets.to(device)
     # the logits at column j predict token j + 1: columns P-1 .. P+n-2 score the response (the last n + 1
-    # kept)
-    logits = m(input_ids=x, attention_mask=att, position_ids=pos, logits_to_keep=n + 1,
-               use_cache=False).logits[:, :n]  # [b, n, V]
+    # are kept)
+    logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                   position_ids=positions.to(device), logits_to_keep=n + 1, use_cache=False).logits[:, :n]
+    # logits: [b, n, V]
     opts = None if opts is None else opts.to(device)
     if entropy:  # one log_softmax for both: a single [b, n, V] fp32 tensor kept for the backward
-        lp, ent = token_logprobs_entropy(logits, tgt, opts, temperature)  # [b, n] each
+        lp, ent = token_logprobs_entropy(logits, targets, opts, temperature)  # [b, n] each
         return lp * mask, mask, ent * mask
-    lp = token_logprobs(logits, tgt, opts, temperature)  # [b, n]
+    lp = token_logprobs(logits, targets, opts, temperature)  # [b, n]
     return lp * mask, mask
 
 
@@ -79,8 +81,8 @@ class Update:
         n_rows = all_sum(len(rows), self.ddp)
         n_mb = max(1, -(-n_rows // cfg.ppo_mini_batch)) if cfg.ppo_mini_batch else 1
         parts = list(zip(mini_batches(rows, n_mb), mini_batches(aux, n_mb)))
-        # rows with zero advantage and no KL term carry no gradient: no forward pass (they still count in the
-        # means)
+        # rows with zero advantage and no KL term carry no gradient: no forward pass (they still count in
+        # the means)
         keep = (lambda mb: mb) if self.ref is not None else (lambda mb: [r for r in mb if r["adv"] != 0.0])
         sums = {"pg": 0.0, "kl": 0.0, "entropy": 0.0, "aux": 0.0, "clipped": 0.0,
                 "tokens": float(sum(len(r["response_ids"]) for r in rows)),
@@ -135,10 +137,10 @@ class Update:
         sq = reduce_dict(dict(zip(("delta", "theta"), adamw_update_norm(self.opt))), self.fsdp)
         return math.sqrt(sq["delta"] / max(sq["theta"], 1e-30))
 
-    def token_logprobs(self, m, rows, entropy=False):
+    def token_logprobs(self, model, rows, entropy=False):
         """-> (log-probs [b, T], mask [b, T][, entropy [b, T]]) of the response tokens under the distribution
         the engine sampled from: trie-restricted (--constrained) and at --temperature."""
-        return response_logprobs(m, rows, self.pad_id, self.device, self.cfg.temperature, entropy)
+        return response_logprobs(model, rows, self.pad_id, self.device, self.cfg.temperature, entropy)
 
     def micro_batches(self, rows):  # sorted by length: less padding per micro-batch
         rows = sorted(rows, key=lambda r: len(r["prompt_ids"]) + len(r["response_ids"]))
@@ -164,12 +166,13 @@ class Update:
         for mb in mbs + [[self.DUMMY]] * pad:
             # the loss's own path (with the entropy: one log_softmax), so the ratio is exactly 1
             with self.prec():
-                lp, m = self.token_logprobs(self.model, mb, self.cfg.entropy_coef > 0)[:2]
+                lp, mask = self.token_logprobs(self.model, mb, self.cfg.entropy_coef > 0)[:2]
             if mb[0] is self.DUMMY:
                 continue
             for b, r in enumerate(mb):
                 r["old_lp"] = lp[b, :len(r["response_ids"])].float().tolist()
-            diff, diff_max, k3, n = logprob_mismatch(lp.float(), self.padded(mb, "logprobs", lp).float(), m)
+            engine_lp = self.padded(mb, "logprobs", lp).float()
+            diff, diff_max, k3, n = logprob_mismatch(lp.float(), engine_lp, mask)
             gap = {"lp_diff": gap["lp_diff"] + diff, "lp_diff_max": max(gap["lp_diff_max"], diff_max),
                    "lp_k3": gap["lp_k3"] + k3, "lp_tokens": gap["lp_tokens"] + n}
         return gap
@@ -208,20 +211,22 @@ class Update:
         if kind == "none":
             return self.token_logprobs(self.model, mb)[0].sum() * 0.0
         if kind == "aux":  # teacher forcing on the expert prefix: -sum log pi(a*_t | s_t)
-            lp, m = self.token_logprobs(self.model, mb)  # [b, T]
+            lp, mask = self.token_logprobs(self.model, mb)  # [b, T]
             w = cfg.eta if cfg.mode == "grpo" else 1.0  # aux_only / SFT: the NLL alone
-            # the authors' prefix SFT: each row's token mean, weight 1/n in its
-            if cfg.aux_agg == "prefix-mean":
-                # n-step prefix, normalised by the weights [ZJU-REAL/Agent-G2 verl/workers/actor/dp_actor.py]
+            # the authors' prefix SFT: each row's token mean, weight 1/n in its n-step prefix, normalised by
+            # the weights [ZJU-REAL/Agent-G2 verl/workers/actor/dp_actor.py]
+            if cfg.aux_agg == "prefix-mean":  # [released]
                 row_w = torch.tensor([1.0 / r["n"] for r in mb], device=self.device)  # [b]
-                row_mean = (lp * m).sum(-1) / m.sum(-1).clamp(min=1)  # [b]
+                row_mean = (lp * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # [b]
                 loss = -(row_w * row_mean).sum() / max(counts["aux_weight"], 1e-12) * w * world
             else:  # token-mean: every expert token of the mini-batch weighs the same
-                loss = -(lp * m).sum() / max(counts["aux_tokens"], 1) * w * world
+                loss = -(lp * mask).sum() / max(counts["aux_tokens"], 1) * w * world
             terms["aux"] += loss.item() / w / world  # = local sum / global count
             return loss
-        lp, m, ent = self.token_logprobs(self.model, mb, True) if cfg.entropy_coef > 0 else \
-            (*self.token_logprobs(self.model, mb), None)  # [b, T] each
+        if cfg.entropy_coef > 0:
+            lp, mask, ent = self.token_logprobs(self.model, mb, True)  # [b, T] each
+        else:
+            (lp, mask), ent = self.token_logprobs(self.model, mb), None
         eng = self.padded(mb, "logprobs", lp)  # the engine's log-probs of the sampled tokens
         # pi_old: before this batch's step
         old = self.padded(mb, "old_lp", lp) if self.old_from_trainer else eng
@@ -234,8 +239,8 @@ class Update:
                         torch.tensor([ep_tok[r["eid"]] for r in mb]), counts["tokens"], counts["rows"],
                         counts["episodes"]).to(self.device)  # [b]
         adv = torch.tensor([r["adv"] for r in mb], device=self.device)  # [b]
-        loss, stats = policy_loss(lp, old, adv, m, w, cfg.clip_eps, ref_lp, cfg.kl_coef, tis, cfg.dual_clip,
-                                  ent, cfg.entropy_coef)
+        loss, stats = policy_loss(lp, old, adv, mask, w, cfg.clip_eps, ref_lp, cfg.kl_coef, tis,
+                                  cfg.dual_clip, ent, cfg.entropy_coef)
         for k in ("pg", "kl", "entropy", "clipped"):
             terms[k] += stats[k]
         terms["ratio_dev"] = max(terms["ratio_dev"], stats["ratio_dev"])

@@ -133,6 +133,7 @@ def test_panel_expert_random_and_determinism(tmp_path):
                                   max_new_tokens=32, model="scripted")
         exp = panel(ScriptedPolicy(tok, tasks), pool, tok, tasks, cfg, [0], 0.0, str(tmp_path / "expert.json"))
         assert exp["mean"] == 1.0 and all(v == 1.0 for v in exp["per_type_mean"].values())
+        assert exp["seeds"]["0"]["won_ids"] == [t["id"] for t in tasks]  # every game, in the panel's order
         rnd = [panel(ScriptedPolicy(tok, tasks, True), pool, tok, tasks, cfg, [0, 1], 1.0, str(tmp_path / f"r{i}.json"))
                for i in range(2)]
         assert rnd[0]["mean"] <= 0.15
@@ -410,3 +411,19 @@ def test_paper_comparison_columns_show_the_last_and_the_best_evaluation(tmp_path
     row = [x for x in md.splitlines() if x.startswith("| g2 |")][0]
     assert row.startswith("| g2 | 2 | 22.5 ± 2.5 | 27.5 ± 2.5 | 45.0 ± 5.0 | 55.0 ± 5.0 | 11.2 ± 1.2 | 13.8 ± 1.2 | "
                           "45.0 ± 5.0 | 55.0 ± 5.0 |")
+
+
+@pytest.mark.slow
+def test_panel_writes_under_runs_never_into_the_checkpoint(tmp_path):
+    """`eval.py panel` on the shipped checkpoint, without --out: its JSON goes to runs/eval/<model name>/ under
+    the working directory, and the checkpoint directory is left as it was."""
+    model = os.path.join(ROOT, "checkpoints", "sft_base")
+    before = sorted(os.listdir(model))
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "eval.py"), "panel", "--model", model, "--split",
+                        "valid_unseen", "--task_types", "pick_and_place_simple", "--max_steps", "6",
+                        "--num_workers", "1", "--seeds", "0"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=900, env={**os.environ, "TQDM_DISABLE": "1"})
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    out = tmp_path / "runs" / "eval" / "sft_base" / "panel_valid_unseen_greedy.json"
+    assert json.load(open(out))["seeds"]["0"]["n"] == 8
+    assert sorted(os.listdir(model)) == before
