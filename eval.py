@@ -9,7 +9,7 @@ loop and from the command line; the CLI also runs the diagnostic (diagnose.py) a
     # WebShop: success and score (100 x mean reward)
     python eval.py panel --model CKPT --env webshop --split eval
     python eval.py diagnose --model CKPT [--tasks 8] [--rollouts 32] [--grid 0.1] [--checkpoints RUN_DIR]
-    python eval.py dynamics RUN_DIR... [--out docs/dynamics.png]
+    python eval.py dynamics RUN_DIR... [--out runs/eval/dynamics.png]
     python eval.py table RUN_DIR...
 
 A checkpoint is evaluated under the config it was trained with (its config.json.run); flags override it, and
@@ -220,7 +220,7 @@ def main():
                 os.path.dirname(p)
                 for p in glob.glob(os.path.join(a, "**", "summary.json"), recursive=True)))]
             return print(table(runs))
-        out = args[args.index("--out") + 1] if "--out" in args else "docs/dynamics.png"
+        out = args[args.index("--out") + 1] if "--out" in args else "runs/eval/dynamics.png"
         return dynamics([a for a in args if not a.startswith("--") and a != out], out)
     if cmd in ("", "-h", "--help"):
         return print(__doc__ + "\nsubcommands: panel | diagnose | dynamics | table  "

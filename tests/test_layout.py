@@ -233,3 +233,9 @@ def test_the_readmes_core_path_names_real_code():
             total += defs[name].end_lineno - defs[name].lineno + 1
     claimed = int(re.search(r"about (\d+) lines", table).group(1))
     assert abs(total - claimed) <= 50, f"the core path is {total} lines; README says about {claimed}"
+
+
+def test_the_readme_stays_short():
+    """The README is the front page: 260 lines at most, results detail in docs/results.md."""
+    lines = open(os.path.join(ROOT, "README.md")).read().splitlines()
+    assert len(lines) <= 260, f"README.md has {len(lines)} lines; move detail into docs/"
