@@ -140,8 +140,8 @@ class ExpertSource:
 
 
 class SelfSource:
-    """The shortest won trajectory the policy has played per task: its episodes' "played" actions (the
-    replayed prefix and the valid actions after it). No thinks: its aux targets carry an empty one."""
+    """[beyond] The shortest won trajectory the policy has played per task: its episodes' "played" actions
+    (the replayed prefix and the valid actions after it). No thinks: its aux targets carry an empty one."""
 
     def __init__(self):
         self.best = {}  # task id -> actions
@@ -166,7 +166,7 @@ class SelfSource:
 
 
 class FirstOf:
-    """--hint_source self: the first source with a hint for the task (the expert's, else the policy's
+    """[beyond] --hint_source self: the first source with a hint for the task (the expert's, else the policy's
     own win)."""
 
     def __init__(self, *sources):
@@ -187,7 +187,7 @@ class FirstOf:
 
 
 class Shortest(FirstOf):
-    """--hint_source mixed: the shortest of the sources' hints (an own win shorter than the expert's
+    """[beyond] --hint_source mixed: the shortest of the sources' hints (an own win shorter than the expert's
     replaces it)."""
 
     def hint(self, task):
@@ -196,8 +196,8 @@ class Shortest(FirstOf):
 
 
 def dropped_ids(tasks, share):
-    """--drop_walkthroughs: a fixed share of the training tasks, drawn with one seed for every run (so every
-    method and seed compares on the same tasks), treated as having no expert trajectory."""
+    """[beyond] --drop_walkthroughs: a fixed share of the training tasks, drawn with one seed for every run
+    (so every method and seed compares on the same tasks), treated as having no expert trajectory."""
     ids = sorted(t["id"] for t in tasks)
     return sorted(ids[i] for i in np.random.default_rng(2024).permutation(len(ids))[:round(share * len(ids))])
 

@@ -110,10 +110,10 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
 def read_reply(text, finished, cfg):
-    """-> (the action to play or None, the reply counts as valid). --parse_lower reads the lower-cased reply;
-    --parse_think counts a reply without <think>...</think> or with a CJK character invalid, though its action
-    is played [the authors' projection: agent_system/environments/env_package/webshop/projection.py, and
-    verl-agent's alfworld_projection]."""
+    """-> (the action to play or None, the reply counts as valid). [released] --parse_lower reads the
+    lower-cased reply; --parse_think counts a reply without <think>...</think> or with a CJK character
+    invalid, though its action is played [the authors' projection:
+    agent_system/environments/env_package/webshop/projection.py, and verl-agent's alfworld_projection]."""
     if cfg.parse_lower and isinstance(text, str):
         text = text.lower()
     action = parse_action(text, finished)

