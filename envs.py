@@ -31,10 +31,10 @@ import time
 import traceback
 from multiprocessing.connection import Connection
 
-from gamegen import INVALID_OBS, _alfworld_env, make_builtin, make_games
-from tasks import BUILTIN, BUILTIN_TAR, HERE, length_table, load_tasks
-from webshop import WEBSHOP_SPLITS, WebShopEnv, scripted_expert, webshop_spec
-from webshop_doctor import webshop_doctor
+from plumbing.gamegen import INVALID_OBS, _alfworld_env, make_builtin, make_games
+from plumbing.tasks import BUILTIN, BUILTIN_TAR, HERE, length_table, load_tasks
+from plumbing.webshop import WEBSHOP_SPLITS, WebShopEnv, scripted_expert, webshop_spec
+from tools.webshop_doctor import webshop_doctor
 
 
 # ---------------------------------------------------------------------------------------------

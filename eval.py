@@ -26,7 +26,7 @@ import sys
 
 import numpy as np
 
-from report import dynamics, env_label, table, wilson
+from plumbing.report import dynamics, env_label, table, wilson
 from rollout import rollout
 
 
@@ -249,7 +249,7 @@ def main():
     pre.add_argument("--checkpoints", default="")
     known, _ = pre.parse_known_args(argv)
     if known.checkpoints:
-        import ckpt
+        from plumbing import ckpt
         if not os.path.isdir(known.checkpoints):
             sys.exit(f"error: --checkpoints {known.checkpoints}: no such directory")
         ckpts = ckpt.complete(known.checkpoints)
@@ -267,9 +267,9 @@ def main():
     import torch
     from transformers import AutoTokenizer
     from envs import EnvPool, env_spec
-    from tasks import tasks_for, train_subset
+    from plumbing.tasks import tasks_for, train_subset
     from rollout import make_engine, seed_all
-    from tiny import resolve_model
+    from plumbing.tiny import resolve_model
     seed_all(cfg.seed)
     path = resolve_model(cfg)
     device = "cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu"
@@ -300,7 +300,7 @@ def main():
             print(f"  {k:32s} {100 * v:5.1f}%")
         print(f"({out})")
         return
-    from diagnose import diagnose, dstar_over_steps
+    from tools.diagnose import diagnose, dstar_over_steps
     train_tasks = train_subset(tasks_for(cfg, cfg.train_split), cfg.train_games)
     sample = [train_tasks[i]
               for i in sorted(np.random.default_rng(4321).permutation(len(train_tasks))[:args.tasks])]

@@ -8,4 +8,4 @@
 # 2-rank DDP and a 2-rank FSDP2 run). Exit 1 if a check fails.
 set -euo pipefail
 cd "$(dirname "$0")"
-exec python bench.py gpu "$@"
+exec python -m tools.bench gpu "$@"

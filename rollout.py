@@ -24,7 +24,7 @@ import warnings
 import torch
 
 from grpo import FREE, pad_options, step_rewards, token_logprobs, trie_options
-from parallel import kv_bytes_per_token
+from plumbing.parallel import kv_bytes_per_token
 from hints import group
 from update import response_logprobs
 
@@ -143,7 +143,7 @@ def parse_action(text, finished=True):
 #          load_weights(named_tensors)
 # ----------------------------------------------------------------------------------------------
 def _free_head():
-    from webshop import SEARCH_ACTION
+    from plumbing.webshop import SEARCH_ACTION
     return "<action>" + SEARCH_ACTION.split("<")[0]  # '<action>search['
 
 
@@ -151,7 +151,7 @@ def choice_ids(tok, commands):
     """Token sequences of every allowed reply (constrained decoding). A command with a free-text slot
     (WebShop's 'search[<query>]') allows its literal start, then anything (grpo.FREE): the query is the
     policy's own text."""
-    from webshop import SEARCH_ACTION
+    from plumbing.webshop import SEARCH_ACTION
     return [tok.encode(_free_head(), add_special_tokens=False) + [FREE] if c == SEARCH_ACTION else
             tok.encode(expert_reply(c), add_special_tokens=False) + [tok.eos_token_id] for c in commands]
 

@@ -12,8 +12,8 @@ Reading order: the paper's Agent-G² first (the clusters, mu_global, the A_k / V
 the prefix length), then the variants, each under one tag you can grep: [released] the authors' code,
 [baseline] the schedules and probes the paper compares with, [beyond] rules beyond the paper. A depth rule is
 one Rule subclass (its depth, its own update, state and stats, the mu/sigma the log shows), registered by
-name: config.py's --scheduler choices and flags come from the registry. `python bench.py sched` simulates
-them side by side.
+name: config.py's --scheduler choices and flags come from the registry. `python -m tools.bench sched`
+simulates them side by side.
 """
 import math
 from itertools import combinations

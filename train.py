@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-import ckpt
+from plumbing import ckpt
 from config import dump, get_config
 
 t_start = time.time()
@@ -42,7 +42,7 @@ check_out_dir(cfg, clear=os.environ.get("RANK", "0") == "0")
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from parallel import (  # noqa: E402
+from plumbing.parallel import (  # noqa: E402
     all_max, autocast, compute_dtype, fsdp2_shard, init_distributed, local_first)
 
 use_cuda = torch.cuda.is_available() and cfg.device != "cpu"
@@ -74,8 +74,8 @@ def gather(obj):
 from envs import EnvPool, env_spec  # noqa: E402
 from eval import eval_sets, eval_splits, in_loop_eval  # noqa: E402
 from hints import group, make_source  # noqa: E402
-from report import end_lines, run_summary, step_line  # noqa: E402
-from tasks import batch_indices, length_table, tasks_for, train_subset  # noqa: E402
+from plumbing.report import end_lines, run_summary, step_line  # noqa: E402
+from plumbing.tasks import batch_indices, length_table, tasks_for, train_subset  # noqa: E402
 
 train_tasks = train_subset(local_first(lambda: tasks_for(cfg, cfg.train_split, verbose=master),
                                        ddp, local_rank),
@@ -101,7 +101,7 @@ pool = EnvPool(cfg.num_workers, env_spec(cfg))
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from scheduler import Scheduler, token_offsets  # noqa: E402
-from tiny import resolve_model  # noqa: E402
+from plumbing.tiny import resolve_model  # noqa: E402
 
 # 'tiny': built once per node (same seed)
 model_path = local_first(lambda: resolve_model(cfg), ddp, local_rank)

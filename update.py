@@ -20,7 +20,7 @@ import torch
 
 from grpo import (adamw_update_norm, agg_weights, logprob_mismatch, mini_batches, pad_options, policy_loss,
                   tis_weights, token_logprobs, token_logprobs_entropy, trie_options)
-from parallel import all_max, all_sum, reduce_dict
+from plumbing.parallel import all_max, all_sum, reduce_dict
 
 
 def response_logprobs(model, rows, pad_id, device="cpu", temperature=1.0, entropy=False):

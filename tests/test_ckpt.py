@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, Qwen2Config
 
-import ckpt
+from plumbing import ckpt
 from config import dump, get_config
 
 

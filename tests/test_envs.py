@@ -9,9 +9,9 @@ import pytest
 
 from config import official_root
 from envs import AlfEnv, EnvPool, room_text, task_text
-from tasks import batch_indices
-from gamegen import make_games
-from tasks import load_tasks
+from plumbing.tasks import batch_indices
+from plumbing.gamegen import make_games
+from plumbing.tasks import load_tasks
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def test_prefix_reset_equals_manual_steps():
 PLAY = """
 import json, random, sys
 from envs import AlfEnv
-from tasks import load_tasks
+from plumbing.tasks import load_tasks
 env, out = AlfEnv(cache_translation=sys.argv[1] == "cached"), []
 for i, t in enumerate(random.Random(0).sample(load_tasks("train"), 12)):
     r = random.Random(i)

@@ -64,7 +64,7 @@ def test_run_directory_is_never_overwritten_silently(tmp_path):
 def test_pruning_keeps_the_checkpoint_just_written(tmp_path):
     """An old run's ckpt_000020 and ckpt_000040 sort after the new step 1: with keep 2 the new ckpt_000001 and the
     newest old one (ckpt_000040) stay, ckpt_000020 goes."""
-    import ckpt
+    from plumbing import ckpt
     for s in (20, 40):
         (tmp_path / f"ckpt_{s:06d}").mkdir()
         (tmp_path / f"ckpt_{s:06d}" / "COMPLETE").write_text("")

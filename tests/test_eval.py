@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from config import Config
-from diagnose import aligned_profile, band_of, d_star, fit_gaussian, replay
+from tools.diagnose import aligned_profile, band_of, d_star, fit_gaussian, replay
 from eval import panel
-from report import wilson
+from plumbing.report import wilson
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -118,8 +118,8 @@ class ScriptedPolicy:
 def test_panel_expert_random_and_determinism(tmp_path):
     from transformers import AutoTokenizer
     from envs import EnvPool
-    from tasks import load_tasks
-    from tiny import tiny_path
+    from plumbing.tasks import load_tasks
+    from plumbing.tiny import tiny_path
     from config import cache_dir
     tok = AutoTokenizer.from_pretrained(tiny_path(cache_dir()))
     tasks = load_tasks("valid_unseen")[::6]  # 8 games, every task type
@@ -149,9 +149,9 @@ def test_webshop_panel_reports_success_and_score(tmp_path):
     from transformers import AutoTokenizer
     from config import cache_dir
     from envs import EnvPool, env_spec
-    from tasks import tasks_for
+    from plumbing.tasks import tasks_for
     from eval import in_loop_eval
-    from tiny import tiny_path
+    from plumbing.tiny import tiny_path
     tok = AutoTokenizer.from_pretrained(tiny_path(cache_dir()))
     cfg = dataclasses.replace(Config(), env="webshop", prompt="compact", constrained=True, max_steps=15,
                               max_prompt_tokens=768, max_new_tokens=32, model="scripted", out_dir=str(tmp_path))
@@ -206,7 +206,7 @@ def test_in_loop_and_offline_panel_agree(tmp_path):
 
 
 def test_table_groups_methods_and_refuses_to_mix_settings(tmp_path):
-    from report import table
+    from plumbing.report import table
 
     def run(name, seed, sched, preset="cpu", success=0.5):
         d = tmp_path / name
@@ -232,7 +232,7 @@ def test_table_groups_methods_and_refuses_to_mix_settings(tmp_path):
 
 
 def test_end_lines_report_first_and_last_eval():
-    from report import end_lines
+    from plumbing.report import end_lines
     s = {"evals": [{"step": 0, "eval": {"val": 0.125, "val_sampled": 0.0625, "train_panel": 0.25}},
                    {"step": 20, "eval": {"val": 0.25, "val_sampled": 0.0625, "train_panel": 0.5}},
                    {"step": 40, "eval": {"val": 0.3125, "val_sampled": 0.1875, "train_panel": 0.75}}],
@@ -251,7 +251,7 @@ def test_table_pools_seeds_into_wilson_intervals_per_task_type(tmp_path):
     """Counts logged with each eval give each cell the Wilson interval of the games pooled over seeds, and a
     per-task-type table when there are several types. Hand values: 5 / 20 -> [11.2, 46.9]; 1 / 10 -> [1.8, 40.4];
     4 / 10 -> [16.8, 68.7] (p = (k + z²/2) / (n + z²) ± the Wilson half-width, z = 1.96)."""
-    from report import table
+    from plumbing.report import table
 
     def run(seed, val_counts, method="g2"):
         d = tmp_path / method / f"s{seed}"
@@ -274,7 +274,7 @@ def test_table_pools_seeds_into_wilson_intervals_per_task_type(tmp_path):
 def test_window_table_pools_seeds_per_block_of_steps(tmp_path):
     """Windows 0-9, 10-49, 50-99, 100-119 for a 120-step run; a 70-step seed beside it (still running). Seed 0 wins
     every batch, seed 1 none: pooled over records, 50-99 holds 50 of seed 0's steps and 20 of seed 1's -> 50 / 70."""
-    from report import window_table
+    from plumbing.report import window_table
     runs = []
     for seed, (steps, success) in enumerate([(120, 1.0), (70, 0.0)]):
         d = tmp_path / "grpo" / f"s{seed}"
@@ -292,7 +292,7 @@ def test_window_table_pools_seeds_per_block_of_steps(tmp_path):
 
 
 def test_trailing_mean_and_the_figure_on_hinted_and_plain_runs(tmp_path, capsys):
-    from report import dynamics, trailing_mean
+    from plumbing.report import dynamics, trailing_mean
     assert trailing_mean([1, 2, 3, 4], 2).tolist() == [1.5, 2.5, 3.5] and trailing_mean([1, 2], 10).tolist() == [1.5]
     runs = []
     for name, r in (("g2", 0.5), ("grpo", 0.0)):
@@ -373,7 +373,7 @@ def test_evaluations_due_as_the_authors_and_the_panel_schedule_them():
 
 def test_summary_gives_the_last_and_the_best_evaluation(tmp_path):
     """best_evals: each key's highest value and its step (the earliest of ties); end_lines prints both."""
-    from report import best_evals, end_lines
+    from plumbing.report import best_evals, end_lines
     evals = [{"step": 0, "eval": {"valid_seen": 0.1, "authors_valid_seen_sampled": 0.2, "counts": {}}},
              {"step": 5, "eval": {"authors_valid_seen_sampled": 0.5}},
              {"step": 10, "eval": {"valid_seen": 0.4, "authors_valid_seen_sampled": 0.5}},
@@ -389,7 +389,7 @@ def test_paper_comparison_columns_show_the_last_and_the_best_evaluation(tmp_path
     """The paper presets' table: valid_seen and valid_unseen (sampled at T = 0.4 and greedy) and the authors' draw,
     each at the last evaluation and at its best one, mean ± std over seeds: by hand, seed 0 ends at 40 % on
     valid_seen greedy after a best of 60 %, seed 1 ends at 50 % (its best): last 45.0 ± 5.0, best 55.0 ± 5.0."""
-    from report import table
+    from plumbing.report import table
 
     def run(seed, curve):
         d = tmp_path / "g2" / f"s{seed}"

@@ -65,7 +65,7 @@ def test_every_preset_loads_and_the_cpu_variants_inherit_cpu():
 
 
 def test_unknown_subcommands_fail_clearly():
-    for script, msg in ((["eval.py", "--diagnostic"], "unknown subcommand"), (["bench.py", "nonsense"], "invalid choice")):
+    for script, msg in ((["eval.py", "--diagnostic"], "unknown subcommand"), (["-m", "tools.bench", "nonsense"], "invalid choice")):
         r = run(*script)
         assert r.returncode != 0 and msg in r.stdout + r.stderr
     r = subprocess.run(["bash", "run_all.sh", "--no-such-option"], cwd=ROOT, capture_output=True, text=True)
@@ -76,7 +76,7 @@ def test_tiny_model_loads_and_chat_template_roundtrips(tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from rollout import parse_action
-    from tiny import build, tiny_path
+    from plumbing.tiny import build, tiny_path
     path = tiny_path(str(tmp_path))
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path)

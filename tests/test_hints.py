@@ -6,7 +6,7 @@ import os
 import pytest
 
 from config import Config
-from tasks import load_tasks
+from plumbing.tasks import load_tasks
 from hints import attach_expert_data, parse_target_key, read_expert_file, trial_aliases
 
 
@@ -62,7 +62,7 @@ def test_a_malformed_entry_is_a_clear_error_naming_it(tmp_path, entry, says):
 def test_webshop_keys_as_the_authors_write_them():
     """'ASIN::value#count|...' (a value may hold '|'; values lower-cased, spaces collapsed), sorted like
     webshop.goal_target_key's (ASIN, sorted Counter of the option values)."""
-    from webshop import goal_target_key
+    from plumbing.webshop import goal_target_key
     assert parse_target_key("b07wmmyb6g::#2 navy#1|30#1") == ("B07WMMYB6G", (("#2 navy", 1), ("30", 1)))
     assert parse_target_key("B01::a|b#1|Large  Size#2") == ("B01", (("a|b", 1), ("large size", 2)))
     assert parse_target_key("B01::") == ("B01", ()) and parse_target_key("no key") is None
@@ -73,7 +73,7 @@ def test_webshop_keys_as_the_authors_write_them():
 def test_train_py_reads_the_expert_file_for_training_tasks_only(tmp_path):
     """tasks.tasks_for with --expert_data: the training split gets the entries; an evaluation split (hint-free) is
     untouched."""
-    from tasks import tasks_for
+    from plumbing.tasks import tasks_for
     games = load_tasks("train", task_types=["pick_and_place_simple"])
     path = write(tmp_path / "sft.json", [{"id": trial(games[0]), "actions": ["look"] + games[0]["walkthrough"],
                                           "think": ["a"] * (games[0]["L"] + 1)}])
@@ -139,7 +139,7 @@ def test_dropped_walkthroughs_are_a_fixed_share_and_the_same_for_every_run():
 
 def test_games_without_a_walkthrough_are_kept_for_a_self_source_and_refused_otherwise(tmp_path, monkeypatch):
     import shutil
-    from tasks import tasks_for
+    from plumbing.tasks import tasks_for
     src = load_tasks("train", task_types=["pick_and_place_simple"])[:3]
     monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))
     for i, t in enumerate(src):

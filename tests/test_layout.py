@@ -11,7 +11,14 @@ import tomllib
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODULES = sorted(f[:-3] for f in os.listdir(ROOT) if f.endswith(".py"))
+PACKAGES = ("plumbing", "tools", "variants")  # the folders beside the core; tests/ and config/ are not modules
+TOP_LEVEL = sorted(f[:-3] for f in os.listdir(ROOT) if f.endswith(".py"))
+MODULES = TOP_LEVEL + sorted(f"{p}.{f[:-3]}" for p in PACKAGES for f in os.listdir(os.path.join(ROOT, p))
+                             if f.endswith(".py") and f != "__init__.py")
+
+
+def module_file(m):
+    return m.replace(".", os.sep) + ".py"
 
 
 def import_graph(root=ROOT, modules=MODULES):
@@ -19,12 +26,14 @@ def import_graph(root=ROOT, modules=MODULES):
     functions too: a lazy import hides a cycle, it does not remove it)."""
     graph = {}
     for m in modules:
-        tree = ast.parse(open(os.path.join(root, m + ".py")).read())
+        tree = ast.parse(open(os.path.join(root, module_file(m))).read())
         deps = set()
         for node in ast.walk(tree):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
-            deps |= {n.split(".")[0] for n in names} & set(modules)
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                # `from plumbing import ckpt` imports plumbing.ckpt; `from plumbing.tasks import x`, plumbing.tasks
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            deps |= {n for n in names if n in modules} | {n.split(".")[0] for n in names} & set(modules)
         graph[m] = deps - {m}
     return graph
 
@@ -67,7 +76,7 @@ def test_lazy_imports_count(tmp_path):
 
 
 def test_no_import_cycle_among_top_level_modules():
-    assert {"train", "envs", "gamegen", "webshop", "config"} <= set(MODULES)
+    assert {"train", "envs", "plumbing.gamegen", "plumbing.webshop", "config"} <= set(MODULES)
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
@@ -95,8 +104,8 @@ def test_no_path_points_outside_the_repository():
 
 # ---- width, names, size
 WIDTH, MAX_MODULE_LINES = 110, 700
-CORE = [m + ".py" for m in MODULES] + sorted(os.path.join("config", f) for f in os.listdir(os.path.join(ROOT, "config"))
-                                             if f.endswith(".py"))
+CORE = [module_file(m) for m in MODULES] + sorted(os.path.join("config", f)
+                                                 for f in os.listdir(os.path.join(ROOT, "config")) if f.endswith(".py"))
 UPDATE_PATH = ["train.py", "update.py", "grpo.py"]  # the rollout-to-optimizer-step path
 CRYPTIC = {"S", "M", "tr", "pst"}  # names that hold something without saying what
 
@@ -168,12 +177,15 @@ def test_no_module_over_700_lines_and_train_py_keeps_its_order():
 
 # ---- packaging: the module list, and a wheel that installs and imports
 def tracked_modules():
-    return sorted(f[:-3] for f in repo_files() if "/" not in f and f.endswith(".py") and f != "conftest.py")
+    return sorted(f[:-3].replace("/", ".") for f in repo_files() if f.endswith(".py") and not f.endswith("__init__.py")
+                  and ("/" not in f or f.split("/")[0] in PACKAGES))
 
 
 def test_py_modules_lists_every_top_level_module():
-    listed = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["tool"]["setuptools"]["py-modules"]
-    assert sorted(listed) == tracked_modules(), set(listed) ^ set(tracked_modules())
+    setup = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["tool"]["setuptools"]
+    top = sorted(m for m in tracked_modules() if "." not in m)
+    assert sorted(setup["py-modules"]) == top, set(setup["py-modules"]) ^ set(top)
+    assert sorted(setup["packages"]) == sorted(PACKAGES)
 
 
 def test_vllm_is_pinned_to_the_release_the_code_was_read_against():

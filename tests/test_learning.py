@@ -43,7 +43,7 @@ def test_grpo_moves_success_with_the_reward(tmp_path, sign):
 
 def test_a_step_without_signal_changes_no_weight(tmp_path):
     from config import cache_dir
-    from tiny import tiny_path
+    from plumbing.tiny import tiny_path
     train(tmp_path, *LEARN, "--steps", "1", "--reward_scale", "0", "--kl_coef", "0.01")
     rec = records(tmp_path)[0]
     assert rec["grad_norm"] == 0.0 and not rec["stepped"] and rec["update_rel"] == 0.0

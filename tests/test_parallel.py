@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-import parallel
+from plumbing import parallel
 import rollout
 
 VLLM_ENV = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_LOGGING_LEVEL",
@@ -253,8 +253,8 @@ def test_kv_cache_is_sized_from_the_model(tmp_path):
     """KV bytes per token = layers x KV heads x head dim x 2 (K, V) x 2 B (bf16): Qwen2.5-1.5B (28, 2, 128) 28,672;
     7B (28, 4, 128) 57,344. kv_cache_gb reads the shape from config.json: the tiny model (4 layers, 2 KV heads,
     head dim 128 / 4 = 32) holds 4 * 2 * 32 * 2 * 2 = 1,024 B a token; 16 sequences of 2,048 tokens: 32 MiB."""
-    from parallel import kv_bytes_per_token
-    from tiny import tiny_path
+    from plumbing.parallel import kv_bytes_per_token
+    from plumbing.tiny import tiny_path
     assert kv_bytes_per_token(28, 2, 128) == 28_672 and kv_bytes_per_token(28, 4, 128) == 57_344
     assert rollout.kv_cache_gb(tiny_path(str(tmp_path)), 16, 2048) == pytest.approx(32 / 1024)
 
@@ -266,7 +266,7 @@ def test_fsdp2_reference_is_resharded_after_its_forward(tmp_path):
     import socket
     import subprocess
     import sys
-    from tiny import tiny_path
+    from plumbing.tiny import tiny_path
     path = tiny_path(str(tmp_path))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -275,7 +275,7 @@ def test_fsdp2_reference_is_resharded_after_its_forward(tmp_path):
 import os, torch, torch.distributed as dist
 from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM
-from parallel import fsdp2_shard
+from plumbing.parallel import fsdp2_shard
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{port}", rank=0, world_size=1)
 policy = AutoModelForCausalLM.from_pretrained({str(path)!r}, dtype=torch.float32)
 ref = AutoModelForCausalLM.from_pretrained({str(path)!r}, dtype=torch.float32).eval().requires_grad_(False)
@@ -296,7 +296,7 @@ def test_the_engine_follows_the_prompt_budget_and_sizes_its_cache(recording_llm,
     """--preset paper: max_model_len = 4,096 prompt + 512 reply tokens; --vllm_kv_gb 0 sizes the KV cache from the
     model: the tiny model's 1,024 B a token x 16 sequences x 4,608 tokens = 75,497,472 B."""
     from config import get_config
-    from tiny import tiny_path
+    from plumbing.tiny import tiny_path
     path = tiny_path(str(tmp_path))
     cfg = get_config(["--preset", "paper"])
     rollout.make_engine(cfg, path, object(), "cuda", 0, seqs=16)

@@ -7,14 +7,14 @@ import torch
 
 from config import Config
 from envs import EnvPool
-from tasks import load_tasks
+from plumbing.tasks import load_tasks
 from rollout import HFEngine, encode_prompt, expert_reply, parse_action, rollout, user_message
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     from transformers import AutoTokenizer
-    from tiny import tiny_path
+    from plumbing.tiny import tiny_path
     path = tiny_path(str(tmp_path_factory.mktemp("tiny")))
     return path, AutoTokenizer.from_pretrained(path)
 
@@ -231,7 +231,7 @@ def test_constrained_logprobs_agree_across_engines_and_trainer(tiny, request, en
 def test_expert_targets_follow_the_constrained_paths(tiny):
     """Aux/SFT targets are replies the constrained decoder can produce: every token stays in the trie (a search's
     '<action>search[' start tokenised on its own, then the free query)."""
-    from webshop import SEARCH_ACTION
+    from plumbing.webshop import SEARCH_ACTION
     from grpo import trie_options
     from rollout import choice_ids, expert_ids
     _, tok = tiny

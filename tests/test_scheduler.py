@@ -480,7 +480,7 @@ def test_g2_ucb_centre_bonus_by_hand():
 
 def test_toy_scheduler_through_the_registry_alone_runs_in_the_simulator():
     """A fork adds a rule with one decorator (here, in the test file) and simulates it beside Agent-G²."""
-    import bench
+    from tools import bench
     from scheduler import RULES, register
 
     from scheduler import Rule
@@ -506,12 +506,12 @@ def test_bench_sched_only_simulates_one_rule_beside_g2():
     import subprocess
     import sys
     root = __import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.abspath(__file__)))
-    p = subprocess.run([sys.executable, "bench.py", "sched", "--only", "g2_ucb", "--ucb_c", "0.3", "--seeds", "1"],
+    p = subprocess.run([sys.executable, "-m", "tools.bench", "sched", "--only", "g2_ucb", "--ucb_c", "0.3", "--seeds", "1"],
                        cwd=root, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     rows = [x.split("  ")[0] for x in p.stdout.splitlines()[2:] if x and not x.startswith("(")]
     assert rows == ["g2", "g2_ucb ucb_c=0.3"]
-    bad = subprocess.run([sys.executable, "bench.py", "sched", "--only", "nope"], cwd=root, capture_output=True,
+    bad = subprocess.run([sys.executable, "-m", "tools.bench", "sched", "--only", "nope"], cwd=root, capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode != 0 and "no scheduler 'nope'" in bad.stderr
 

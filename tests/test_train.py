@@ -43,7 +43,7 @@ def weights(path):
 
 @pytest.mark.parametrize("sched,extra", [("g2", []), ("binary", []), ("g2", ["--engine", "hf", "--constrained", "0"])])
 def test_a_couple_of_steps(tmp_path, sched, extra):
-    from tiny import tiny_path
+    from plumbing.tiny import tiny_path
     from config import cache_dir
     log = train(tmp_path, "--steps", "2", "--scheduler", sched, "--ckpt_every", "0", *extra)
     recs = records(tmp_path)

@@ -10,11 +10,11 @@ import sys
 import numpy as np
 import pytest
 
-import webshop
-import webshop_doctor
+from plumbing import webshop
+from tools import webshop_doctor
 from envs import EnvPool
-from tasks import load_webshop_tasks
-from webshop import (SEARCH_ACTION, WEBSHOP_SPLITS, WebShopEnv, make_catalogue, parse_webshop_action,
+from plumbing.tasks import load_webshop_tasks
+from plumbing.webshop import (SEARCH_ACTION, WEBSHOP_SPLITS, WebShopEnv, make_catalogue, parse_webshop_action,
                      scripted_expert, webshop_reward)
 
 HERE = os.path.dirname(os.path.abspath(__file__))

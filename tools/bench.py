@@ -1,12 +1,12 @@
 """Benchmarks: each prints a table (and --json PATH writes the same numbers).
 
-    python bench.py sched [--json out.json]    # every scheduler on a simulated task population, 5 seeds
-    python bench.py env                        # ALFWorld engine + WebShop-lite:
-                                               # reset/step, prefix replay, pool
-    python bench.py rollout                    # tokens/s HF vs vLLM, weight-sync time, rollout time split
-    python bench.py step                       # one training step's time breakdown for the cpu preset
-    python bench.py gpu [--cpu]                # one-shot GPU check (gpu_check.sh):
-                                               # engine, log-probs, sync, train
+    python -m tools.bench sched [--json out.json]  # every scheduler on a simulated task population, 5 seeds
+    python -m tools.bench env                      # ALFWorld engine + WebShop-lite:
+                                                   # reset/step, prefix replay, pool
+    python -m tools.bench rollout                  # tokens/s HF vs vLLM, weight-sync time, rollout time split
+    python -m tools.bench step                     # one training step's time breakdown for the cpu preset
+    python -m tools.bench gpu [--cpu]              # one-shot GPU check (gpu_check.sh):
+                                                   # engine, log-probs, sync, train
 """
 import argparse
 import dataclasses
@@ -35,7 +35,7 @@ import numpy as np
 # rule places groups relative to each task's band, and what that does under this simple learning
 # rule; nothing more.
 S_CURVE, ETA_SELF, ETA_SHARED, N_TASKS, T_SIM = 0.13, 0.04, 0.004, 64, 200
-
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 
 
 def alfworld_population(rng):
@@ -175,7 +175,7 @@ def _stats(x):
 
 def bench_env(args):
     from envs import AlfEnv, EnvPool
-    from tasks import load_tasks
+    from plumbing.tasks import load_tasks
     tasks = load_tasks("train")
     res = {}
     print("bench.py env: real ALFWorld engine (alfworld + TextWorld PDDL) on the built-in games, "
@@ -259,9 +259,9 @@ def bench_env(args):
 def bench_webshop(products=1000):
     """The WebShop-lite site (this repo's offline backend, not the official WebShop): build, search, page
     steps, expert replay and pool throughput under random actions (a random query for search[<query>])."""
-    import webshop
+    from plumbing import webshop
     from envs import EnvPool
-    from webshop import make_catalogue
+    from plumbing.webshop import make_catalogue
     spec = {"env": "webshop", "backend": "lite", "seed": 0, "products": products, "max_steps": 15}
     print(f"\nWebShop-lite ({products} generated products; not WebShop numbers), ms:")
     t0 = time.time()
@@ -323,9 +323,9 @@ def bench_rollout(args):
     from config import cache_dir, get_config
     from envs import EnvPool, room_text
     from hints import ExpertSource, group
-    from tasks import load_tasks
+    from plumbing.tasks import load_tasks
     from rollout import HFEngine, encode_prompt, rollout, user_message
-    from tiny import tiny_path
+    from plumbing.tiny import tiny_path
     cfg = get_config(["--preset", "cpu"])
     path = tiny_path(cache_dir())
     tok = AutoTokenizer.from_pretrained(path)
@@ -394,7 +394,7 @@ def bench_step(args):
     cmd = [sys.executable, "train.py", "--preset", args.preset, "--steps", str(args.steps),
            "--eval_games", "-1", "--ckpt_every", "0", "--out_dir", out] + args.extra
     print("$ " + " ".join(cmd))
-    r = subprocess.run(cmd, cwd=os.path.dirname(os.path.abspath(__file__)), capture_output=True, text=True,
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
                        env={**os.environ, "TQDM_DISABLE": "1"})
     if r.returncode != 0:
         sys.exit(r.stdout[-3000:] + r.stderr[-3000:])
@@ -451,11 +451,11 @@ def bench_gpu(args):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from config import cache_dir
-    from tasks import load_tasks
-    from parallel import autocast
+    from plumbing.tasks import load_tasks
+    from plumbing.parallel import autocast
     from rollout import encode_prompt
     from update import response_logprobs
-    from tiny import tiny_path
+    from plumbing.tiny import tiny_path
     cuda = not args.cpu
     if cuda and not torch.cuda.is_available():
         sys.exit("error: no CUDA device (use --cpu for the CPU form)")
@@ -490,7 +490,7 @@ def bench_gpu(args):
                 "print('REPLY', repr(tok.decode(o['ids'], skip_special_tokens=True)))")
         t0 = time.time()
         p = subprocess.run([sys.executable, "-c", code, path, json.dumps(kw)], capture_output=True, text=True,
-                           cwd=os.path.dirname(os.path.abspath(__file__)))
+                           cwd=ROOT)
         reply = [x for x in p.stdout.splitlines() if x.startswith("REPLY")]
         ok = (p.returncode == 0 and reply
               and reply[0][7:-1] in ("<action>look</action>", "<action>inventory</action>"))
@@ -571,7 +571,7 @@ def bench_gpu(args):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
                "train.py", *common, "--out_dir", out, *extra]
         t0 = time.time()
-        p = subprocess.run(cmd, cwd=os.path.dirname(os.path.abspath(__file__)), capture_output=True,
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True,
                            text=True, env={**os.environ, "TQDM_DISABLE": "1"})
         if p.returncode != 0:
             row(name, f"FAILED (exit {p.returncode})", tail=(p.stdout + p.stderr)[-600:])

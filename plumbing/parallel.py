@@ -3,7 +3,7 @@ the per-rank memory arithmetic of the GPU presets.
 
     ddp, rank, world, local_rank, device = init_distributed(use_cuda)   # torchrun env -> process group
     ctx = autocast(device, compute_dtype)                                 # bf16 forward over fp32 weights
-    python parallel.py memory                                             # the memory table of docs/gpu.md
+    python -m plumbing.parallel memory                                    # the memory table of docs/gpu.md
 
 Process groups: on CUDA, one group with two backends ("cpu:gloo,cuda:nccl"), so CPU tensors (step counts, stop
 flags, update sizes) and all_gather_object go over gloo and CUDA tensors (DDP/FSDP gradients) over NCCL. On
@@ -110,7 +110,7 @@ def fsdp2_shard(policy, ref, dtype):
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Per-rank memory by arithmetic (not measured): python parallel.py memory
+# Per-rank memory by arithmetic (not measured): python -m plumbing.parallel memory
 # ------------------------------------------------------------------------------------------------------------
 QWEN = {"1.5B": dict(params=1.54e9, root=0.23e9, layers=28, hidden=1536, inter=8960, kv_heads=2, head_dim=128,
                      vocab=151936),
@@ -201,4 +201,4 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["memory"]:
         print(memory_table())
     else:
-        sys.exit("usage: python parallel.py memory")
+        sys.exit("usage: python -m plumbing.parallel memory")

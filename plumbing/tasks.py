@@ -23,10 +23,10 @@ import tempfile
 import numpy as np
 
 from hints import attach_expert_data, read_expert_file
-from webshop import (WEBSHOP_SPLITS, WebShopEnv, goal_target_key, scripted_expert, webshop_spec,
+from plumbing.webshop import (WEBSHOP_SPLITS, WebShopEnv, goal_target_key, scripted_expert, webshop_spec,
                      webshop_split_indices)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 BUILTIN_TAR = os.path.join(HERE, "data", "alfworld_builtin.tar.gz")
 BUILTIN = dict(train=240, valid_seen=48, valid_unseen=48)  # games per split in the built-in set
 TASK_TYPES = ["pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",

@@ -1,7 +1,7 @@
 """Offline tiny model: a byte-level BPE tokenizer trained on ALFWorld's own text and a tiny
 Qwen2-architecture causal LM, both saved in Hugging Face format. No network, seeded, deterministic.
 
-    python tiny.py [--out DIR] [--seed 0]      # builds (or finds) it and prints the path
+    python -m plumbing.tiny [--out DIR] [--seed 0]      # builds (or finds) it and prints the path
 
 Any code path that takes `--model` accepts the resulting directory exactly like a hub id:
 AutoTokenizer / AutoModelForCausalLM / vllm.LLM all load it. head_dim = 32, the smallest that vLLM's

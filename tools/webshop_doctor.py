@@ -12,7 +12,7 @@ import re
 import shutil
 import subprocess
 
-from webshop import AUTHORS_PRODUCTS
+from plumbing.webshop import AUTHORS_PRODUCTS
 
 WEBSHOP_DATA_PATHS = {  # web_agent_site/utils.py names -> what reads them
     "DEFAULT_FILE_PATH": "the products (engine.py load_products)",

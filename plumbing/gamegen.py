@@ -27,7 +27,7 @@ import tarfile
 import tempfile
 import time
 
-from tasks import BUILTIN, BUILTIN_TAR, TASK_TYPES, length_table
+from plumbing.tasks import BUILTIN, BUILTIN_TAR, TASK_TYPES, length_table
 
 INVALID_OBS = "Nothing happens."  # the engine's answer to an action it cannot take
 
