@@ -463,6 +463,33 @@ def get_config(argv=None, description="", extra=None, base=None):
     return cfg
 
 
+# ---- the one lookup: the core reaches variants/ through here alone, once, at setup
+def variant(kind, name):
+    """The object class that the config names for a fork point: `name` in the REGISTRY dict of
+    variants/<kind>.py (rules, hints, losses, replies, players), or 'module:Class', a file of your own,
+    importable from the working directory. An unknown name raises ValueError in one line."""
+    import importlib
+    if ":" in name:
+        module_name, _, class_name = name.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e:
+            raise ValueError(f"{name}: cannot import {module_name!r} ({e})") from None
+        if not hasattr(module, class_name):
+            raise ValueError(f"{name}: no class {class_name!r} in {module.__file__}")
+        return getattr(module, class_name)
+    registry = variant_registry(kind)
+    if name not in registry:
+        raise ValueError(f"no {kind} variant {name!r} (have: {', '.join(registry)})")
+    return registry[name]
+
+
+def variant_registry(kind):
+    """name -> class of every variant of a kind (variants/<kind>.py's REGISTRY)."""
+    import importlib
+    return importlib.import_module(f"variants.{kind}").REGISTRY
+
+
 def print_methods():
     """`python config.py methods`: one line per method, name <tab> group <tab> flags
     (run_all.sh reads them)."""
