@@ -17,16 +17,17 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-# numpy + math only: the scheduler names and their help come from the registry
-from scheduler import KNOBS, RULES, freeze_knobs
+from envs import ENVS, EnvNames, env_class  # the environments' registry: --env's names, checked in validate
+from plumbing.gamegen import default_cache, official_root  # noqa: F401  (official_root: check_data, tests)
+
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PRESET_DIR = os.path.join(HERE, "config")
 
 # Allowed values of every string flag that selects a branch. An unknown value is an error.
-HINT_SOURCES = ["expert", "self", "mixed"]  # or module:Class, a source of your own (hints.load_source)
+HINT_SOURCES = ["expert", "self", "mixed"]  # or module:Class, a source of your own (config.variant)
 CHOICES = {
-    "scheduler": list(RULES),
+    "scheduler": None,  # the depth rules' names: scheduler.G2's and variants/rules.py's (rule_help)
     "sampling": ["gaussian", "uniform", "none"],
     "sigma_mode": ["dynamic", "fixed"],
     "mu_update": ["sign", "deadband", "proportional"],
@@ -39,7 +40,7 @@ CHOICES = {
     "engine": ["auto", "vllm", "hf"],
     "prompt": ["full", "compact"],
     "games": ["builtin", "official"],
-    "env": ["alfworld", "webshop"],
+    "env": EnvNames(ENVS),  # the registered environments (envs.ENVS); module:Class too (validate)
     "webshop_backend": ["lite", "official"],
     "webshop_split": ["paper", "authors"],
     "webshop_setting": ["authors", "human"],
@@ -97,7 +98,7 @@ class Config:
     webshop_setting: str = F("authors", "WebShop, official backend: authors (their 1,000-product files, "
                              "synthetic goals) | human (the full catalogue, human goals); "
                              "lite's generated goals are synthetic")
-    hint_source: str = F("expert", "where the prefixes come from (hints.py): "
+    hint_source: str = F("expert", "where the prefixes come from (rollout.make_hints): "
                          "expert (the expert trajectories) | self (and, for a task without one, "
                          "the shortest win the policy played) | mixed (each task's shortest of the two) "
                          "| module:Class (a source of your own)")
@@ -105,7 +106,7 @@ class Config:
                                  "expert trajectory (an experiment on hint-less tasks; 0 = none)")
     expert_data: str = F("", "expert trajectories in the authors' JSON "
                              "({\"trajectories\": [{\"id\", \"actions\", \"think\"}]}): the hints and their "
-                             "thinks; a task without an entry keeps its walkthrough (hints.py)")
+                             "thinks; a task without an entry keeps its walkthrough (plumbing.expert_data)")
     train_split: str = F("train", "split used for training tasks (WebShop: train = goals 1500+)")
     eval_split: str = F("valid_unseen", "split(s) for hint-free validation, comma-separated "
                         "(one: logged as 'val'; several: each under its own name). "
@@ -141,7 +142,7 @@ class Config:
                           "the same episodes, less env time")
     temperature: float = F(1.0, "rollout sampling temperature")
     # ---- scheduler (docs/method.md §2, §3, §4) ----
-    scheduler: str = F("g2", " | ".join(f"{k} ({r.help})" for k, r in RULES.items()))
+    scheduler: str = F("g2", "the depth rule (the list below; module:Class: a rule of your own)")
     fixed_ratio: float = F(0.5, "ratio for --scheduler fixed")
     step_every: int = F(50, "step decay: one expert action fewer every this many steps")
     K: int = F(3, "number of task clusters")
@@ -168,6 +169,8 @@ class Config:
     hybrid_probe: bool = F(False, "one extra probe group for tasks whose last group was all-0 or all-1")
     max_probes: int = F(2, "binary search: at most this many probe groups per task")
     enum_grid: float = F(0.0, "enumeration: ratio grid step (0 = every action depth)")
+    ucb_c: float = F(0.1, "--scheduler g2_ucb: exploration bonus weight on the cluster centre")
+    mix_gap: float = F(0.15, "--scheduler g2_mix: the components' centres sit mix_gap below / above mu_k")
     # ---- optimisation (docs/method.md §2, Table 5) ----
     mode: str = F("grpo", "grpo (L_GRPO + eta L_aux) | aux_only (no L_GRPO) | sft_full | sft_prefix")
     steps: int = F(200, "training steps T")
@@ -198,6 +201,8 @@ class Config:
     ppo_mini_batch: int = F(0, "step rows (global) per optimizer step; a batch takes several in order "
                             "(0 = one step)")
     entropy_coef: float = F(0.0, "entropy bonus on the policy's tokens (verl's entropy_coeff)")
+    loss_terms: str = F("", "extra loss terms, comma-separated: variants/losses.py names or module:Class "
+                        "(a grpo.Term of your own; README Hack it)")
     max_bad_steps: int = F(3, "stop after this many non-finite losses in a row")
     # ---- evaluation / logging / checkpoints ----
     eval_every: int = F(50, "hint-free evaluation every this many steps (0: only start and end)")
@@ -206,16 +211,6 @@ class Config:
     ckpt_every: int = F(50, "checkpoint every this many steps (0 = only at the end)")
     keep_ckpts: int = F(2, "keep this many newest checkpoints (0: all)")
     overwrite: bool = F(False, "out_dir already holds a run: clear its checkpoints, log and summary first")
-
-
-# the rules' own knobs (scheduler.Rule.knobs) are fields like any other: flags, presets, config.json
-_clash = sorted(set(KNOBS) & set(Config.__dataclass_fields__))
-if _clash:
-    raise ValueError(f"scheduler knobs {_clash} clash with config fields of the same name: rename them")
-Config = dataclasses.make_dataclass("Config", [(k, type(d), F(d, h)) for k, (d, h) in KNOBS.items()],
-                                    bases=(Config,))
-Config.__module__ = __name__  # make_dataclass says "types" before Python 3.12: pickle must find config.Config
-freeze_knobs()  # a rule registered from now on cannot add a field: scheduler.register says so
 
 
 # ---- the one list of methods: run_all.sh's grid, eval.py's tables, bench.py's simulation, eval.py
@@ -376,13 +371,20 @@ def check_out_dir(cfg, clear=True):
 
 def validate(cfg):
     for key, allowed in CHOICES.items():
-        if getattr(cfg, key) not in allowed:
+        if allowed is not None and getattr(cfg, key) not in allowed:
             raise ValueError(f"--{key} {getattr(cfg, key)!r}: expected one of {allowed}")
+    if cfg.scheduler not in rule_names():  # unknown: one line; module:Class: importable
+        if ":" not in cfg.scheduler:
+            raise ValueError(f"unknown scheduler {cfg.scheduler!r}: expected one of {rule_names()} "
+                             "or module:Class")
+        variant("rules", cfg.scheduler)
     if cfg.hint_source not in HINT_SOURCES and not re.fullmatch(r"[\w.]+:\w+", cfg.hint_source):
         raise ValueError(f"--hint_source {cfg.hint_source!r}: expected one of {HINT_SOURCES} or module:Class")
-    if ":" in cfg.hint_source:  # a source of your own: importable, with the four methods
-        from hints import load_source
-        load_source(cfg.hint_source)
+    if ":" in cfg.hint_source:  # a source of your own: importable, with a hint source's four methods
+        cls, need = variant("hints", cfg.hint_source), ("hint", "observe", "state_dict", "load_state_dict")
+        if missing := [m for m in need if not callable(getattr(cls, m, None))]:  # rollout.ExpertSource's doc
+            raise ValueError(f"--hint_source {cfg.hint_source}: {cls.__name__} lacks {', '.join(missing)} "
+                             f"(a hint source has {', '.join(need)})")
     if cfg.group_size < 1 or cfg.batch_tasks < 1 or cfg.steps < 1:
         raise ValueError("--group_size, --batch_tasks and --steps must be >= 1")
     if cfg.group_size < 2 and cfg.mode == "grpo":
@@ -399,6 +401,8 @@ def validate(cfg):
         raise ValueError("--dual_clip must be > 1 (or 0 = off)")
     if cfg.ppo_mini_batch < 0 or cfg.entropy_coef < 0:
         raise ValueError("--ppo_mini_batch and --entropy_coef must be >= 0")
+    for name in filter(None, cfg.loss_terms.split(",")):  # each one importable: a one-line error now
+        variant("losses", name)
     if cfg.max_steps < 1 or cfg.max_new_tokens < 1:
         raise ValueError("--max_steps and --max_new_tokens must be >= 1")
     if not 0 <= cfg.drop_walkthroughs <= 1:
@@ -410,6 +414,20 @@ def validate(cfg):
     if cfg.env == "webshop" and cfg.webshop_backend == "lite" and cfg.webshop_setting != "authors":
         raise ValueError("--webshop_setting human needs --webshop_backend official "
                          "(lite's goals are synthetic)")
+    # the environment: registered or module:Class (one line otherwise), and the splits it has
+    known = env_class(cfg.env).split_names(cfg)  # None: only loading can tell (official data not there)
+    for flag in ("train_split", "eval_split"):
+        names = [x.strip() for x in getattr(cfg, flag).split(",") if x.strip()]
+        unknown = [x for x in names if known is not None and x not in known]
+        if unknown:
+            raise ValueError(f"--{flag} {getattr(cfg, flag)}: no split {unknown[0]!r} in --env {cfg.env} "
+                             f"(have: {', '.join(known)})")
+    if cfg.expert_data and not os.path.isfile(cfg.expert_data):
+        raise ValueError(f"--expert_data {cfg.expert_data}: no such file; give the authors' expert JSON "
+                         "(run_all.sh reads data/sft_data/) or leave --expert_data empty")
+    for flag in ("temperature", "eval_temperature"):
+        if getattr(cfg, flag) < 0:
+            raise ValueError(f"--{flag} {getattr(cfg, flag):g}: a sampling temperature is >= 0 (0: greedy)")
     return cfg
 
 
@@ -428,10 +446,20 @@ def parser(description=""):
     for f in dataclasses.fields(Config):
         kind = {bool: _bool, int: int, float: float, str: str}[type(f.default)]
         choices = CHOICES.get(f.name)
+        extra = "; ".join(f"{k}: {h}" for k, h in rule_help().items()) if f.name == "scheduler" else ""
         p.add_argument("--" + f.name, type=kind, default=None, choices=choices,
                        metavar=f.name.upper() if choices is None else None,
-                       help=f"{f.metadata['help']} [{f.default}]")
+                       help=f"{f.metadata['help']} [{f.default}]" + (f" ({extra})" if extra else ""))
     return p
+
+
+def rule_help():
+    """--scheduler's names and one-line helps: g2 (scheduler.G2) and every rule of variants/rules.py."""
+    return {name: rule.help for name, rule in variant_registry("rules").items()}
+
+
+def rule_names():
+    return list(rule_help())
 
 
 def get_config(argv=None, description="", extra=None, base=None):
@@ -452,10 +480,10 @@ def get_config(argv=None, description="", extra=None, base=None):
     except (ValueError, TypeError) as e:
         p.exit(2, f"error: {e}\n")
     cfg.preset = args.preset  # recorded in the dump, not a flag of its own
-    for rule in RULES.values():  # a rule's own flag under another rule does nothing: say so, once
-        for knob, (default, _) in rule.knobs.items():
-            if rule.name != cfg.scheduler and getattr(cfg, knob) != default:
-                print(f"warning: --{knob} belongs to --scheduler {rule.name}; "
+    for name, rule in variant_registry("rules").items():  # a rule's own flag under another does nothing
+        for flag in getattr(rule, "flags", ()):
+            if name != cfg.scheduler and getattr(cfg, flag) != defaults()[flag]:
+                print(f"warning: --{flag} belongs to --scheduler {name}; "
                       f"under --scheduler {cfg.scheduler} it does nothing", file=sys.stderr)
     if extra:
         return cfg, argparse.Namespace(**{k: v for k, v in vars(args).items()
@@ -480,7 +508,8 @@ def variant(kind, name):
         return getattr(module, class_name)
     registry = variant_registry(kind)
     if name not in registry:
-        raise ValueError(f"no {kind} variant {name!r} (have: {', '.join(registry)})")
+        label = {"rules": "scheduler"}.get(kind, f"{kind} variant")
+        raise ValueError(f"unknown {label} {name!r} (have: {', '.join(registry)})")
     return registry[name]
 
 
@@ -520,24 +549,11 @@ def dump(cfg, path):
 
 
 def cache_dir(cfg=None):
-    d = (cfg.cache_dir if cfg is not None and cfg.cache_dir else "") or os.environ.get("AGENT_G2_CACHE") \
-        or os.path.join(os.path.expanduser("~"), ".cache", "agent_g2")
-    os.makedirs(d, exist_ok=True)
-    return d
-
-
-def official_root():
-    """$ALFWORLD_DATA/json_2.1.1, the official games (alfworld-download), or a
-    one-paragraph FileNotFoundError."""
-    data = os.environ.get("ALFWORLD_DATA", "")
-    root = os.path.join(data, "json_2.1.1")
-    if not data or not os.path.isdir(root):
-        raise FileNotFoundError(
-            "official ALFWorld data not found at $ALFWORLD_DATA/json_2.1.1 "
-            f"({root if data else 'ALFWORLD_DATA is unset'}). "
-            "Either download it on a machine with internet (`pip install alfworld && alfworld-download`, "
-            "then export ALFWORLD_DATA=<that dir>), or use the built-in generated games (--games builtin).")
-    return root
+    """--cache_dir, else $AGENT_G2_CACHE or ~/.cache/agent_g2 (created)."""
+    if cfg is not None and cfg.cache_dir:
+        os.makedirs(cfg.cache_dir, exist_ok=True)
+        return cfg.cache_dir
+    return default_cache()
 
 
 if __name__ == "__main__":

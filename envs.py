@@ -1,13 +1,16 @@
-"""The runtime environments behind one episode interface, and the pool of worker processes that plays them.
+"""The runtime environments behind one episode interface and their registry (the pool of worker processes
+that plays them: plumbing/pool.py, re-exported here as envs.EnvPool).
 
-    python envs.py stats [--games builtin|official|webshop-lite]    # split sizes + expert lengths
+    python envs.py stats [--games builtin|official|webshop-lite] [--env NAME]   # split sizes + expert lengths
     python envs.py webshop-doctor [--setting authors|human]         # what an official WebShop setup lacks
     python envs.py make-games ... | make-builtin                    # ALFWorld game generation (gamegen.py)
 
-The episode interface: `env.reset(game, prefix) -> episode dict` (obs, admissible, won, history, prefix_steps,
-task, room) and `env.step(ep, action) -> valid` (any string; an invalid one leaves the state unchanged).
-`AlfEnv` (here) and `webshop.WebShopEnv` implement it, so the pool, the rollout loop, the scheduler and
-eval.py never branch on the environment; `--env alfworld|webshop` picks one (make_env, env_spec, tasks_for).
+The registry: ENVS maps --env's names to their entries, `AlfEnv` (here) and `webshop.WebShopEnv`; `--env
+module:Class` names a class of your own (README "Hack it"). env_class(name) is the one lookup: the pool's
+workers (make_env), the run's worker spec (env_spec), the tasks of a split (plumbing/tasks.tasks_for), the
+prompt's wording of the agent (rollout.user_message) and `envs.py stats` all go through it, so the pool, the
+rollout loop, the scheduler and eval.py never branch on the environment. `Env` documents an entry and the
+episode dict.
 
 ALFWorld: the real engine (alfworld + TextWorld's PDDL engine) on generated or official games (gamegen.py
 loads both). Engine facts this file works around (each in one small function):
@@ -19,22 +22,83 @@ loads both). Engine facts this file works around (each in one small function):
 - fast_downward.pddl2sas overwrites sys.argv; the expert only recognises 'put' (`gamegen.patch_expert`).
 """
 import argparse
-import collections
 import functools
-import gc
-import json
+import importlib
 import os
-import socket
-import subprocess
+import re
 import sys
 import time
-import traceback
-from multiprocessing.connection import Connection
 
-from plumbing.gamegen import INVALID_OBS, _alfworld_env, make_builtin, make_games
-from plumbing.tasks import BUILTIN, BUILTIN_TAR, HERE, length_table, load_tasks
-from plumbing.webshop import WEBSHOP_SPLITS, WebShopEnv, scripted_expert, webshop_spec
+from plumbing.gamegen import (BUILTIN, BUILTIN_TAR, HERE, INVALID_OBS, _alfworld_env, length_table,
+                              load_tasks, make_builtin, make_games, official_root)
+from plumbing.pool import EnvPool  # noqa: F401  (re-exported: the worker pool that plays these envs)
+from plumbing.webshop import WebShopEnv
 from tools.webshop_doctor import webshop_doctor
+
+
+# ---------------------------------------------------------------------------------------------
+# An environment: one class, the registry's entry (class side) and the engine (instances) in one.
+# ---------------------------------------------------------------------------------------------
+class Env:
+    """An environment: the class is its registry entry (the run's setup reads it), an instance is one
+    engine in a pool worker (one per concurrent episode, reused across episodes). Subclass it for the
+    defaults, or give the same names (webshop.WebShopEnv does).
+
+    Class side:
+      wording = (who, tip)          the full prompt: "You are {who}. ..."; tip: one more sentence after the
+                                    reply instruction, or "" (rollout.user_message)
+      env_spec(cfg) -> dict         what a worker needs to build an engine (JSON; "env": cfg.env)
+      make_env(spec) -> engine      in the worker process (default: cls(spec))
+      tasks(cfg, split, verbose) -> [{"id", "gamefile", "task_type", "walkthrough", "L"(, "thinks")}]:
+                                    gamefile is what reset takes (a str or an int), walkthrough the expert's
+                                    actions (the hints), L its length, task_type a row of the length table
+      split_names(cfg) -> [name]    the splits tasks() knows (--train_split and --eval_split are checked
+                                    against them at start-up), or None when only loading can tell
+      stats(games) -> [(line or None, tasks)], one per split: `python envs.py stats` prints each line and
+                                    its tasks' length table (default: tasks(None, split), split_names(None))
+    Engine side (`gamefile`: the game loaded last, or None):
+      reset(gamefile, prefix) -> the episode dict after replaying the prefix (RuntimeError on an action
+                                 that is not admissible)
+      step(ep, action) -> valid  takes any value: an inadmissible one (or a non-string) changes only obs and
+                                 is recorded in the history (a non-string as "")
+    The episode dict (tests/test_envs.py check_episode_interface checks it for every environment):
+      obs: str                   the current observation
+      admissible: [str]          the actions valid now
+      won: bool                  the task is done (reward 1)
+      history: [(obs, action)]   every step so far, prefix steps included, with the observation before it
+      prefix_steps: [(obs, admissible, action)]   the replayed expert steps (the aux loss's prompts)
+      task: str                  the task sentence
+      room, room_short: str      the scene's description for the full / compact prompt (either may be "")
+      score: float (optional)    the raw reward in [0, 1] (absent: float(won))
+      done: bool (optional)      the episode has ended (absent: won); a WebShop purchase ends it
+    Other keys (an engine's own state) may be there: the worker sends the whole dict back on reset."""
+    wording = ("an agent in a text world", "")
+    gamefile = None
+
+    def __init__(self, spec=None):
+        self.spec = spec
+
+    @classmethod
+    def make_env(cls, spec):
+        return cls(spec)
+
+    @staticmethod
+    def env_spec(cfg):
+        return {"env": cfg.env}
+
+    @staticmethod
+    def split_names(cfg):
+        return None
+
+    @classmethod
+    def tasks(cls, cfg, split, verbose=False):
+        raise NotImplementedError(f"{cls.__name__}.tasks(cfg, split, verbose): the tasks of a split")
+
+    @classmethod
+    def stats(cls, games=None):
+        for split in cls.split_names(None) or []:
+            tasks = cls.tasks(None, split)
+            yield f"[envs] {cls.__name__} {split}: {len(tasks)} tasks", tasks
 
 
 # ---------------------------------------------------------------------------------------------
@@ -101,8 +165,49 @@ def _shallow_textgen_context():
     tg.copy_context = copy_context  # looked up as a module global at every call
 
 
-class AlfEnv:
-    """PddlEnv + AlfredDemangler + AlfredInfos, as alfworld's AlfredTWEnv builds it, without the gym layer."""
+class AlfEnv(Env):
+    """PddlEnv + AlfredDemangler + AlfredInfos, as alfworld's AlfredTWEnv builds it, without the gym layer.
+    The class is ALFWorld's entry in ENVS (`--env alfworld`)."""
+    wording = ("a household robot in a text world", "")
+
+    @classmethod
+    def make_env(cls, spec):
+        return cls(spec.get("cache_translation", True))
+
+    @staticmethod
+    def env_spec(cfg):
+        return {"env": cfg.env, "fork_prefix": cfg.fork_prefix}
+
+    @staticmethod
+    def split_names(cfg):
+        """The built-in set's splits, or the official games' folders (None while $ALFWORLD_DATA lacks them:
+        config.check_data says so)."""
+        if cfg is None or cfg.games == "builtin":
+            return list(BUILTIN)
+        try:
+            root = official_root()
+        except FileNotFoundError:
+            return None
+        return sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+
+    @staticmethod
+    def tasks(cfg, split, verbose=False):
+        """The games of a split (gamegen.load_tasks), the training split's hints from --expert_data where it
+        has an entry (hints.py)."""
+        task_types = cfg.task_types.split(",") if cfg.task_types else None
+        tasks = load_tasks(split, cfg.games, cfg.cache_dir or None, task_types, verbose,
+                           keep_unhinted=cfg.hint_source != "expert")
+        if cfg.expert_data and split == cfg.train_split:
+            from plumbing.expert_data import attach_expert_data, read_expert_file
+            tasks, note = attach_expert_data(tasks, read_expert_file(cfg.expert_data), "alfworld")
+            if verbose:
+                print(note)
+        return tasks
+
+    @staticmethod
+    def stats(games="builtin"):
+        for split in BUILTIN:
+            yield None, load_tasks(split, games, verbose=True)  # prints its own line
 
     def __init__(self, cache_translation=True, shallow_context=True):
         _alfworld_env()
@@ -168,233 +273,58 @@ def room_text(intro, short=False):
 
 
 # ---------------------------------------------------------------------------------------------
-# Env pool: episodes live in worker processes; requests for one turn go out together.
+# The pool workers build their engines here (plumbing/pool.py runs them)
 # ---------------------------------------------------------------------------------------------
-def _worker_main(fd, spec_json):
-    from multiprocessing.connection import Connection
-    _worker(Connection(fd), json.loads(spec_json))
-
-
 def make_env(spec):
-    """spec: {"env": "alfworld", "cache_translation"} or
-    {"env": "webshop", "backend", "seed", "products", ...}."""
-    if spec["env"] == "alfworld":
-        return AlfEnv(spec.get("cache_translation", True))
-    if spec["env"] == "webshop":
-        return WebShopEnv(spec)
-    raise ValueError(f"unknown env {spec['env']!r} (alfworld | webshop)")
+    """An engine in a pool worker: spec["env"]'s entry builds it from the spec (env_spec's dict)."""
+    return env_class(spec["env"]).make_env(spec)
 
 
-def _step_result(env, ep, action):
-    valid = env.step(ep, action)
-    return {"ok": True, "valid": valid, "obs": ep["obs"], "admissible": ep["admissible"], "won": ep["won"],
-            "score": ep.get("score", float(ep["won"])),
-            "done": ep.get("done", ep["won"])}  # WebShop: a purchase ends
+
+# ---------------------------------------------------------------------------------------------
+# The registry: --env's names. WebShop's entry lives with WebShop's code (plumbing/webshop.py).
+# ---------------------------------------------------------------------------------------------
+ENVS = {"alfworld": AlfEnv, "webshop": WebShopEnv}
+ENTRY_NAMES = ("wording", "env_spec", "make_env", "tasks", "split_names", "stats", "reset", "step")
 
 
-def _error(e):
-    return {"ok": False, "error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}
+class EnvNames(list):
+    """--env's choices (config.CHOICES["env"]): the registered names, which --help lists. Every string passes
+    argparse's membership test, so that config.validate judges the name in one line (env_class): a name not
+    registered is an error there, `module:Class` a class of your own."""
+
+    def __contains__(self, name):
+        return isinstance(name, str)
 
 
-def _fork_episode(env, ep, close):
-    """-> (pid, Connection) of a child process that plays one episode on its copy of `env`, whose engine
-    already holds the replayed expert prefix: os.fork is the one way to copy the engine's state, which
-    lives in a C library (get_state, no set_state). `close`: the parent's connections, which the child
-    must not hold open."""
-    a, b = socket.socketpair()
-    pid = os.fork()
-    if pid:
-        b.close()
-        return pid, Connection(a.detach())
-    try:  # the child: one episode, then exit without running the parent's cleanup
-        a.close()
-        for c in close:
-            c.close()
-        gc.disable()  # a short life: no collection passes that would copy every page of the parent's heap
-        kid = Connection(b.detach())
-        while True:
-            try:
-                action = kid.recv()
-            except EOFError:
-                break
-            if action is None:
-                break
-            try:
-                kid.send(_step_result(env, ep, action))
-            except Exception as e:
-                kid.send(_error(e))
-    finally:
-        os._exit(0)
-
-
-def _worker(conn, spec):
-    """Holds engine objects (one per concurrent episode, reused) and the episodes' Python state. With
-    spec["fork_prefix"], the R resets of a group (one game, one prefix, in one batch) replay the prefix once:
-    the other R - 1 episodes are forked children of the first, right after its reset (_fork_episode)."""
-    envs, free, eps = [], [], {}  # eps: episode id -> (env index, episode dict)
-    kids = {}  # episode id -> (pid, Connection): forked episodes
-    fork = spec.get("fork_prefix", False)
-
-    def end_kid(eid):
-        pid, c = kids.pop(eid)
-        try:
-            c.send(None)
-        except OSError:
-            pass
-        c.close()
-        os.waitpid(pid, 0)
-    while True:
-        try:
-            msg = conn.recv()
-        except EOFError:
-            msg = None
-        if msg is None:
-            for eid in list(kids):
-                end_kid(eid)
-            return
-        out = [None] * len(msg)
-        sent = [j for j, req in enumerate(msg) if req[0] == "step" and req[1] in kids]
-        for j in sent:  # forked episodes play their steps while this process plays its own
-            try:
-                kids[msg[j][1]][1].send(msg[j][2])
-            except OSError:
-                out[j] = {"ok": False, "error": "episode process lost; episode lost"}
-        first = {}  # (gamefile, prefix) -> the episode of this batch that replayed it
-        for j, req in enumerate(msg):
-            if j in sent:
-                continue
-            try:
-                if req[0] == "reset":
-                    _, eid, gamefile, prefix = req
-                    if eid in kids:
-                        end_kid(eid)
-                    if eid in eps:
-                        free.append(eps.pop(eid)[0])
-                    key = (gamefile, tuple(prefix))
-                    # still at the prefix's end: nothing played after it (history)
-                    tpl = eps.get(first.get(key))
-                    if fork and prefix and tpl and len(tpl[1]["history"]) == len(prefix):
-                        i, ep = tpl
-                        kids[eid] = _fork_episode(envs[i], ep, [conn] + [c for _, c in kids.values()])
-                        out[j] = {"ok": True, **ep}
-                        continue
-                    if not free:
-                        envs.append(make_env(spec))
-                        free.append(len(envs) - 1)
-                    same = [k for k in free if envs[k].gamefile == gamefile]  # skip the load when possible
-                    i = same[-1] if same else free[-1]
-                    free.remove(i)
-                    try:
-                        ep = envs[i].reset(gamefile, prefix)
-                    except Exception:
-                        free.append(i)
-                        raise
-                    eps[eid], first[key] = (i, ep), eid
-                    out[j] = {"ok": True, **ep}
-                elif req[0] == "step":
-                    _, eid, action = req
-                    i, ep = eps[eid]
-                    out[j] = _step_result(envs[i], ep, action)
-                elif req[0] == "close":
-                    if req[1] in kids:
-                        end_kid(req[1])
-                    elif req[1] in eps:  # the engine keeps its game loaded for the next episode of it
-                        free.append(eps.pop(req[1])[0])
-                    out[j] = {"ok": True}
-                elif req[0] == "crash":  # test hook: die like a segfaulting engine would
-                    os._exit(3)
-                else:
-                    raise ValueError(f"unknown request {req[0]!r}")
-            except Exception as e:
-                out[j] = _error(e)
-        for j in sent:
-            if out[j] is None:
-                try:
-                    out[j] = kids[msg[j][1]][1].recv()
-                except (EOFError, OSError):
-                    out[j] = {"ok": False, "error": "episode process died; episode lost"}
-        conn.send(out)
-
-
-class EnvPool:
-    """`run(requests)` -> one result per request, in order. Requests: ("reset", eid, gamefile, prefix),
-    ("step", eid, action), ("close", eid). An episode lives on the worker its reset went to. A worker that
-    dies is restarted; its requests come back as {"ok": False, "error": "worker crashed ..."} and the rest of
-    the batch is unaffected. Create the pool before any CUDA initialisation."""
-
-    def __init__(self, num_workers=2, spec=None):
-        self.n, self.spec = max(1, num_workers), spec or {"env": "alfworld"}
-        self.procs, self.conns = [None] * self.n, [None] * self.n
-        self.restarts, self.home = 0, {}  # home: episode id -> worker
-        for w in range(self.n):
-            self._start(w)
-
-    def _start(self, w):
-        """A fresh interpreter per worker (not fork: safe after CUDA/vLLM init; not multiprocessing's spawn:
-        that would re-run a top-level script such as train.py), talking over a socketpair Connection."""
-        a, b = socket.socketpair()
-        code = (f"import sys; sys.path.insert(0, {HERE!r}); import envs; "
-                f"envs._worker_main({b.fileno()}, {json.dumps(self.spec)!r})")
-        self.procs[w] = subprocess.Popen([sys.executable, "-c", code], pass_fds=[b.fileno()])
-        b.close()
-        self.conns[w] = Connection(a.detach())
-
-    def run(self, requests):
-        # resets of one game go to one worker (its translation cache and loaded engines serve the whole
-        # group); distinct games of the call are spread round-robin; later requests follow their episode
-        games = sorted({r[2] for r in requests if r[0] == "reset"})
-        for r in requests:
-            if r[0] == "reset":
-                self.home[r[1]] = games.index(r[2]) % self.n
-        by_w = collections.defaultdict(list)
-        for j, req in enumerate(requests):
-            by_w[self.home.get(req[1], req[1] % self.n)].append(j)
-        for w, js in by_w.items():
-            try:
-                self.conns[w].send([requests[j] for j in js])
-            except (BrokenPipeError, OSError):
-                pass  # noticed on recv
-        results = [None] * len(requests)
-        for w, js in by_w.items():
-            try:
-                got = self.conns[w].recv()
-            except (EOFError, OSError, ConnectionResetError):
-                try:
-                    code = self.procs[w].wait(5)
-                except subprocess.TimeoutExpired:
-                    self.procs[w].kill()
-                    code = "killed"
-                got = [{"ok": False, "error": f"worker crashed (exit code {code}); episode lost"}] * len(js)
-                self.restarts += 1
-                self._start(w)
-            for j, r in zip(js, got):
-                results[j] = r
-        for r in requests:
-            if r[0] == "close":
-                self.home.pop(r[1], None)
-        return results
-
-    def kill_worker(self, w):  # test hook
-        self.procs[w].kill()
-        self.procs[w].wait()
-
-    def close(self):
-        for w in range(self.n):
-            try:
-                self.conns[w].send(None)
-            except Exception:
-                pass
-            try:
-                self.procs[w].wait(2)
-            except subprocess.TimeoutExpired:
-                self.procs[w].kill()
+@functools.lru_cache(None)
+def env_class(name):
+    """--env's entry: a name in ENVS, or 'module:Class', a class of your own importable from sys.path (a file
+    beside train.py, or its folder on PYTHONPATH: the pool's workers import it too). Anything else: a
+    one-line ValueError."""
+    if name in ENVS:
+        return ENVS[name]
+    if not isinstance(name, str) or not re.fullmatch(r"[\w.]+:\w+", name):
+        raise ValueError(f"--env {name!r}: no such environment; expected one of {list(ENVS)} or module:Class "
+                         "(a class of your own, README \"Hack it\")")
+    module_name, _, class_name = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"--env {name}: cannot import {module_name!r} ({e}); put its file beside train.py "
+                         "or its folder on PYTHONPATH") from None
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise ValueError(f"--env {name}: no class {class_name!r} in {module.__file__}")
+    missing = [m for m in ENTRY_NAMES if not hasattr(cls, m)]
+    if missing:
+        raise ValueError(f"--env {name}: {class_name} lacks {', '.join(missing)} (subclass envs.Env)")
+    return cls
 
 
 def env_spec(cfg):
-    """What a pool worker needs to build its environment, from the run config."""
-    if cfg.env == "webshop":  # split: paper | authors (webshop.webshop_split_indices)
-        return webshop_spec(cfg)
-    return {"env": "alfworld", "fork_prefix": cfg.fork_prefix}
+    """What a pool worker needs to build its environment, from the run config (the entry's env_spec)."""
+    return env_class(cfg.env).env_spec(cfg)
 
 
 def main():
@@ -412,6 +342,7 @@ def main():
     sub.add_parser("make-builtin", help=f"rebuild {os.path.relpath(BUILTIN_TAR, HERE)} ({BUILTIN})")
     s = sub.add_parser("stats", help="split sizes and expert-length distributions")
     s.add_argument("--games", default="builtin", choices=["builtin", "official", "webshop-lite"])
+    s.add_argument("--env", default="", help="a registered name or module:Class (default: from --games)")
     d = sub.add_parser("webshop-doctor",
                        help="check an official WebShop setup ($WEBSHOP_PATH): what each setting lacks")
     d.add_argument("--setting", default="both", choices=["authors", "human", "both"],
@@ -437,20 +368,12 @@ def main():
         sys.exit(0 if ok_all else 1)
     else:
         try:
-            if a.games == "webshop-lite":  # every goal of every split through the scripted expert
-                env = WebShopEnv({"env": "webshop", "backend": "lite", "seed": 0, "products": 1000,
-                                  "max_steps": 99})
-                for split, (lo, hi) in WEBSHOP_SPLITS.items():
-                    idx = range(lo, min(hi or len(env.goals), len(env.goals)))
-                    res = [scripted_expert(env, i) for i in idx]
-                    print(f"[envs] webshop-lite {split}: {len(idx)} goals, scripted expert reward 1 on "
-                          f"{sum(s == 1.0 for _, s in res)}")
-                    print(length_table([{"task_type": env.goals[i]["category"], "L": len(w)}
-                                        for i, (w, _) in zip(idx, res)]))
-                return
-            for split in ("train", "valid_seen", "valid_unseen"):
-                print(length_table(load_tasks(split, a.games, verbose=True)))
-        except FileNotFoundError as e:  # one line, exit code 2, as train.py / eval.py
+            entry = env_class(a.env or ("webshop" if a.games == "webshop-lite" else "alfworld"))
+            for line, tasks in entry.stats(a.games):  # the ALFWorld entry prints its own lines as it loads
+                if line:
+                    print(line)
+                print(length_table(tasks))
+        except (FileNotFoundError, ValueError) as e:  # one line, exit code 2, as train.py / eval.py
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
 

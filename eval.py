@@ -27,11 +27,12 @@ import sys
 import numpy as np
 
 from plumbing.report import dynamics, env_label, table, wilson
-from rollout import rollout
+from rollout import make_reply, rollout
 
 
-def evaluate(engine, pool, tok, tasks, cfg, seed=0, temperature=0.0):
-    """Hint-free, one episode per task, greedy (temperature 0) or sampled. Returns {"success", "n", "won",
+def evaluate(engine, pool, tok, tasks, cfg, seed=0, temperature=0.0, reply=None):
+    """Hint-free, one episode per task, greedy (temperature 0) or sampled, replies read by `reply` (the run's
+    reply rule, rollout.make_reply; None: the paper's). Returns {"success", "n", "won",
     "score" (100 x mean raw reward: WebShop's score; ALFWorld's equals success), "per_type": {type: success},
     "per_type_won": {type: [won, n]},
     "invalid", "out": the rollout output (rows + episodes, for transcripts)}."""
@@ -40,7 +41,8 @@ def evaluate(engine, pool, tok, tasks, cfg, seed=0, temperature=0.0):
                 "per_type_won": {}, "invalid": 0.0, "out": None}
     ecfg = dataclasses.replace(cfg, temperature=temperature)
     # no hint
-    out = rollout(engine, pool, tok, [{"task": t, "n": 0, "R": 1, "prefix": []} for t in tasks], ecfg, seed)
+    out = rollout(engine, pool, tok, [{"task": t, "n": 0, "R": 1, "prefix": []} for t in tasks], ecfg, seed,
+                  reply)
     by = collections.defaultdict(list)
     for e, t in zip(out["episodes"], tasks):
         by[t["task_type"]].append(int(e["won"]))
@@ -122,7 +124,7 @@ def eval_sets(cfg, step, val, panel):
     return sets
 
 
-def in_loop_eval(engine, pool, tok, sets, cfg, step, rank=0, world=1, gather=lambda x: [x]):
+def in_loop_eval(engine, pool, tok, sets, cfg, step, rank=0, world=1, gather=lambda x: [x], reply=None):
     """train.py's evaluation: each set of eval_sets hint-free, at each of its decodings (greedy: temperature
     0), sharded over ranks (gather: all_gather_object); rank 0 writes a few decoded transcripts per set to
     out_dir/transcripts/. -> {"val": success, "val_sampled": ..., "train_panel": ..., ..., "counts": {"val":
@@ -132,7 +134,7 @@ def in_loop_eval(engine, pool, tok, sets, cfg, step, rank=0, world=1, gather=lam
         for suffix, temp in decodes:
             mine = tasks[rank::world]
             seed = (2 * 10**6 if name.startswith("authors_") else 10**6) + step
-            r = evaluate(engine, pool, tok, mine, cfg, seed=seed, temperature=temp) if mine else None
+            r = evaluate(engine, pool, tok, mine, cfg, seed, temp, reply) if mine else None
             if r and rank == 0:
                 write_transcripts(os.path.join(cfg.out_dir, "transcripts",
                                                f"step{step:06d}_{name}{suffix}.txt"),
@@ -171,7 +173,7 @@ def write_transcripts(path, out, tok, k=3, header=""):
 # ---------------------------------------------------------------------------------------------
 # panel: every game of a split, once per seed, hint-free
 # ---------------------------------------------------------------------------------------------
-def panel(engine, pool, tok, tasks, cfg, seeds, temperature, path, protocol="panel"):
+def panel(engine, pool, tok, tasks, cfg, seeds, temperature, path, protocol="panel", reply=None):
     """protocol "panel": play every task once per seed; "authors": per seed s, the authors' validation number
     s (authors_draw: --authors_episodes episodes, repeats possible; s = 0 is the one before training). Per
     seed: overall and per-type success with Wilson intervals, the ids of the tasks won; across seeds: mean
@@ -187,7 +189,7 @@ def panel(engine, pool, tok, tasks, cfg, seeds, temperature, path, protocol="pan
             continue
         played = tasks if protocol == "panel" else [tasks[i] for i in authors_draw(len(tasks), s, cfg.env,
                                                                                    cfg.authors_episodes)]
-        r = evaluate(engine, pool, tok, played, cfg, seed=s, temperature=temperature)
+        r = evaluate(engine, pool, tok, played, cfg, seed=s, temperature=temperature, reply=reply)
         res["seeds"][str(s)] = {"won": r["won"], "n": r["n"], "success": r["success"],
                                 "ci95": wilson(r["won"], r["n"]), "score": r["score"],
                                 "per_type": {k: {"won": w, "n": m, "success": w / m, "ci95": wilson(w, m)}
@@ -289,7 +291,8 @@ def main():
         out = args.out or os.path.join(runs_dir, f"{'authors' if authors else 'panel'}_{args.split}_"
                                                  f"{'greedy' if temp == 0 else f't{temp:g}'}.json")
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        r = panel(engine, pool, tok, tasks, cfg, args.seeds, temp, out, "authors" if authors else "panel")
+        r = panel(engine, pool, tok, tasks, cfg, args.seeds, temp, out, "authors" if authors else "panel",
+                  make_reply(cfg))
         pool.close()
         what = (f"the authors' draw of {cfg.authors_episodes} episodes over {len(tasks)}" if authors else
                 f"every one of {len(tasks)}")

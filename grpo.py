@@ -1,16 +1,29 @@
-"""The GRPO math as pure functions on tensors: group advantages, the constrained (trie-masked) log-probs, the
-loss weights of each aggregation, and the clipped policy loss with the k3 KL. No model, no environment:
-train.py does the micro-batching and the DDP wiring, and tests/test_grpo.py checks each piece on toy inputs.
+"""GRPO, whole: the math on tensors (group advantages, trie-restricted log-probs, the aggregations, the
+clipped policy loss with the k3 KL), the paper's two loss terms as objects, and the update that runs a model
+through them (pi_old, PPO mini-batches, micro-batches, the optimizer step). It sits beside train.py as
+nanoGPT's model.py does; tests/test_grpo.py checks each piece on toy inputs and on the tiny model.
 
     adv, n_zero = group_advantages(rewards, gid, keep)            # [E] per episode
-    parts = mini_batches(rows, n_mb)                              # rank-independent PPO mini-batches
     n_zero, n_groups = row_advantages(rows, episodes, "traj")     # the same on train.py's step rows
+    parts = mini_batches(rows, n_mb)                              # rank-independent PPO mini-batches
     opts = trie_options(response_ids, allowed)                    # allowed next tokens per response position
     lp = token_logprobs(logits, targets, options, temperature)    # [b, T] log pi(a_t | s, a_<t)
-    # [b] per-token weight
-    w = agg_weights("episode", row_tokens, episode_tokens, n_tokens, n_rows, n_episodes)
+    w = agg_weights("episode", row_tokens, episode_tokens, n_tokens, n_rows, n_episodes)   # [b]
     loss, stats = policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp, kl_coef)
     lr = lr_at(step, lr, steps, warmup_frac, "cosine")            # the optimizer's schedule
+    terms = make_terms(cfg, ref)        # the loss terms, at setup: PolicyTerm, AuxTerm, variants/losses.py
+    learn = Update(cfg, model, policy, ref, opt, tok, device, world, ddp, fsdp, prec, old_from_trainer, terms)
+    out = learn.batch(rows, aux)        # -> {"pg", "kl", "entropy", "aux", "clipfrac", "ratio_dev",
+                                        #     "update_rel", "grad_norm"(, "lp_diff_*", "lp_kl"), term stats}
+
+A loss term (class Term) maps one micro-batch to (its loss, {stat: float}); the update sums the active terms'
+losses, one backward per micro-batch, and their stats over micro-batches, mini-batches and ranks.
+
+Rows are dicts: prompt_ids, response_ids (lists of ints), logprobs (the engine's, one per response token), adv
+(the row's advantage), eid (its episode), gid (its group); aux rows also n (their prefix's length). Under
+DDP/FSDP every rank runs the same number of forward/backward passes (padded with zero-loss passes on a
+one-token DUMMY row): FSDP all-gathers in each pass and DDP reduces in the last, so a rank with fewer rows
+must still join them.
 
 Constrained decoding (--constrained 1) samples from the policy restricted to the admissible commands: at each
 reply position only the tokens that continue some admissible reply (a token trie) keep their mass,
@@ -18,9 +31,12 @@ renormalised. The engines record, and the trainer scores, exactly that distribut
 allowed token) then has log-prob 0 and no gradient, and no mass can drift onto tokens the constraint never
 allows.
 """
+import contextlib
 import math
 
 import torch
+
+from plumbing.parallel import all_max, all_sum, reduce_dict
 
 AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "episode")
 FREE = -2  # in an allowed reply: from here on any token (a free-text slot); see trie_options
@@ -139,52 +155,59 @@ def token_logprobs(logits, targets, options=None, temperature=1.0):
     logits [b, T, V] float, targets [b, T] long, options [b, T, K] long (-1 = pad; a position whose K entries
     are all -1 is unconstrained). -> [b, T]. Memory is O(b T K) beyond the logits, so a 150k vocabulary is
     fine."""
-    z = logits.float() / (temperature if temperature > 0 else 1.0)  # T = 0 (greedy): score the T = 1 policy
+    return _logprobs(_scaled(logits, temperature), targets, options)[0]
+
+
+def _scaled(logits, temperature):  # T = 0 (greedy): score the T = 1 policy
+    return logits.float() / (temperature if temperature > 0 else 1.0)
+
+
+def _logprobs(z, targets, options):
+    """token_logprobs on the scaled logits z [b, T, V]; the one formula of pi and pi_old, with or without the
+    entropy, so the ratio is exactly 1 before the first step. -> (lp [b, T], the allowed tokens' logits [b, T,
+    K] or None)."""
     tgt = z.gather(-1, targets[..., None])[..., 0]  # [b, T]
     lse_all = torch.logsumexp(z, -1)  # [b, T]
     if options is None:
-        return tgt - lse_all
+        return tgt - lse_all, None
     constrained = (options >= 0).any(-1)  # [b, T]
     opt = z.gather(-1, options.clamp(min=0)).masked_fill(options < 0, float("-inf"))  # [b, T, K]
     lse_opt = torch.logsumexp(opt, -1)  # [b, T]
-    return tgt - torch.where(constrained, lse_opt, lse_all)
+    return tgt - torch.where(constrained, lse_opt, lse_all), opt
 
 
-class _EntropyOfLogp(torch.autograd.Function):
-    """H = -sum_v p_v log p_v from log-probabilities logp [..., V] -> [...]. Autograd keeps only logp, which
-    the log_softmax before it keeps anyway; p is recomputed in the backward: dH/dlogp_v = -p_v (logp_v +
-    1)."""
+class _EntropyOfLogits(torch.autograd.Function):
+    """H = -sum_v p_v log p_v of p = softmax(z), z [..., V] -> [...]. Autograd keeps only z, which the
+    log-probs' logsumexp keeps anyway; log p is recomputed in the backward: dH/dz_v = -p_v (log p_v + H)."""
 
     @staticmethod
-    def forward(ctx, logp):
-        ctx.save_for_backward(logp)
-        return -(logp.exp() * logp).sum(-1)
+    def forward(ctx, z):
+        logp = torch.log_softmax(z, -1)
+        h = -(logp.exp() * logp).sum(-1)
+        ctx.save_for_backward(z, h)
+        return h
 
     @staticmethod
     def backward(ctx, grad_h):
-        (logp,) = ctx.saved_tensors
-        return -grad_h[..., None] * logp.exp() * (logp + 1)
+        z, h = ctx.saved_tensors
+        logp = torch.log_softmax(z, -1)
+        return -grad_h[..., None] * logp.exp() * (logp + h[..., None])
 
 
 def token_logprobs_entropy(logits, targets, options=None, temperature=1.0):
-    """token_logprobs, and the entropy of the distribution that is sampled at each position (softmax(logits /
-    T), restricted and renormalised where options say so), from one log_softmax (the entropy bonus of the GPU
-    presets). Apart from the model's own activations, autograd keeps one [b, T, V] fp32 tensor, the
-    log-probabilities, as token_logprobs alone does; the separate paths would keep three (a scaled copy, the
-    softmax, the entropy's copy). logits [b, T, V], targets [b, T], options [b, T, K] (as token_logprobs) ->
-    (lp [b, T], H [b, T])."""
-    z = logits.float() / (temperature if temperature > 0 else 1.0)  # freed after the log_softmax: not saved
-    logp = torch.log_softmax(z, -1)  # [b, T, V]
-    lp = logp.gather(-1, targets[..., None])[..., 0]  # [b, T]
-    h = _EntropyOfLogp.apply(logp)  # [b, T]
+    """token_logprobs (the same numbers, bit for bit), and the entropy of the distribution that is sampled at
+    each position (softmax(logits / T), restricted and renormalised where options say so): the entropy term's
+    input. Apart from the model's own activations, autograd keeps one [b, T, V] fp32 tensor, the scaled
+    logits, as token_logprobs alone does; a separate softmax would keep more. logits [b, T, V], targets
+    [b, T], options [b, T, K] (as token_logprobs) -> (lp [b, T], H [b, T])."""
+    z = _scaled(logits, temperature)  # [b, T, V]
+    lp, opt = _logprobs(z, targets, options)
+    h = _EntropyOfLogits.apply(z)  # [b, T]
     if options is None:
         return lp, h
-    constrained = (options >= 0).any(-1)  # [b, T]
-    opt = logp.gather(-1, options.clamp(min=0)).masked_fill(options < 0, float("-inf"))  # [b, T, K]
-    q_log = opt - torch.logsumexp(opt, -1, keepdim=True)  # log-probs renormalised over the allowed tokens
-    lp_opt = lp - torch.logsumexp(opt, -1)
+    q_log = opt - torch.logsumexp(opt, -1, keepdim=True)  # [b, T, K] renormalised over the allowed tokens
     h_opt = -(q_log.exp() * q_log.masked_fill(options < 0, 0.0)).sum(-1)
-    return torch.where(constrained, lp_opt, lp), torch.where(constrained, h_opt, h)
+    return lp, torch.where((options >= 0).any(-1), h_opt, h)
 
 
 def step_rewards(won, invalid, reward_scale, invalid_penalty, level):
@@ -308,3 +331,330 @@ def adamw_update_norm(opt, chunk=1 << 22):
                 d2 += delta.square().sum(dtype=torch.float64).item()
                 o2 += (pi - delta).square().sum(dtype=torch.float64).item()
     return d2, o2
+
+
+# ---------------------------------------------------------------------------------------------- loss terms
+LOGGED = ("pg", "kl", "entropy", "aux", "clipfrac", "ratio_dev")  # in every update's output (0.0 when unused)
+RESERVED = {"tokens", "finite", "update_rel", "grad_norm", "term_stats", "lp_diff", "lp_k3", "lp_tokens",
+            "lp_diff_mean", "lp_diff_max", "lp_kl"}  # the update's own names: no term stat may take one
+
+
+class Term:
+    """A loss term: term(mb) -> (its loss, a tensor, on micro-batch mb (a MicroBatch), {stat: float}). Built
+    once at setup (make_terms); the update adds the losses of the terms that read a pass's rows, one backward.
+      rows      "step" (the rollout's step rows) or "aux" (the expert-prefix rows)
+      zero_adv  a step row of zero advantage matters to it (when no term says so, such rows get no forward)
+      entropy   it reads mb.entropy; old: it reads pi_old (the trainer scores it before the first step)
+      stats     its stats, each summed over micro-batches and ranks (so: local sum / global count) and
+                averaged over mini-batches; maxima: combined by max instead. Names are unique across terms.
+    The loss is this rank's share of the global batch's loss, as one process would compute it (weights from
+    mb.counts, the global counts); the update multiplies it by world (DDP averages gradients)."""
+    rows, zero_adv, entropy, old, stats, maxima = "step", True, False, False, (), ()
+
+    def __init__(self, cfg):  # a term reads its settings from the config here, once
+        pass
+
+    def __call__(self, mb):
+        raise NotImplementedError
+
+    def finish(self, sums, maxima, n_mb, tokens):
+        """The logged values from the batch's sums and maxima (over ranks); tokens: all step rows' tokens."""
+        return {**{k: sums[k] / n_mb for k in self.stats}, **{k: maxima[k] for k in self.maxima}}
+
+
+class PolicyTerm(Term):
+    """L_GRPO: the clipped surrogate (verl's dual clip) + kl_coef * k3 KL to the reference (policy_loss),
+    aggregated by --loss_agg. A zero-advantage row matters only through the KL (with_kl: there is a
+    reference)."""
+    stats, maxima, old = ("pg", "kl", "clipped"), ("ratio_dev",), True
+
+    def __init__(self, cfg, with_kl=False):
+        self.agg, self.clip_eps, self.dual_clip = cfg.loss_agg, cfg.clip_eps, cfg.dual_clip
+        self.kl_coef, self.with_kl, self.zero_adv = cfg.kl_coef, with_kl, with_kl
+
+    def importance(self, old, engine):  # a per-token weight on the pg term (variants/losses.py: TIS), or None
+        return None
+
+    def __call__(self, mb):
+        eng, old = mb.engine_lp(), mb.old_lp()  # [b, T] each
+        return policy_loss(mb.lp, old, mb.adv(), mb.mask, mb.weights(self.agg), self.clip_eps,
+                           mb.ref_lp() if self.with_kl else None, self.kl_coef, self.importance(old, eng),
+                           self.dual_clip)
+
+    def finish(self, sums, maxima, n_mb, tokens):
+        # ratio_dev, max |pi / pi_old - 1|: 0 with one mini-batch, > 0 from the 2nd
+        return {"pg": sums["pg"] / n_mb, "kl": sums["kl"] / n_mb,
+                "clipfrac": sums["clipped"] / max(tokens, 1), "ratio_dev": maxima["ratio_dev"]}
+
+
+class AuxTerm(Term):
+    """L_aux: teacher forcing on the expert prefix, -sum log pi(a*_t | s_t) over every expert token of the
+    mini-batch / their global count, times weight (eta). Logged without the weight."""
+    rows, stats = "aux", ("aux",)
+
+    def __init__(self, cfg, weight=None):
+        self.weight = cfg.eta if weight is None else weight
+
+    def __call__(self, mb):
+        w = self.weight
+        loss = -(mb.lp * mb.mask).sum() / max(mb.counts["aux_tokens"], 1) * w
+        return loss, {"aux": loss.item() / w}  # = local sum / global count
+
+
+def make_terms(cfg, ref=None):
+    """The run's loss terms, chosen once from the config: the paper's L = L_GRPO + eta L_aux (PolicyTerm,
+    AuxTerm) and the variants (variants/losses.py, through config.variant): --mode aux_only | sft_*,
+    --tis_cap, --aux_agg prefix-mean, --entropy_coef, and --loss_terms (comma-separated names or
+    module:Class, each built as Class(cfg)). ref: the reference model (None: no KL)."""
+    from config import variant
+    if cfg.mode != "grpo":  # [baseline] no pg term, the aux NLL alone
+        terms = [variant("losses", "sft")(cfg)]
+    else:
+        terms = [variant("losses", "tis")(cfg, ref is not None) if cfg.tis_cap > 0
+                 else PolicyTerm(cfg, ref is not None)]
+        aux = AuxTerm if cfg.aux_agg == "token-mean" else variant("losses", cfg.aux_agg)
+        terms += [aux(cfg)] if cfg.eta > 0 else []
+        terms += [variant("losses", "entropy")(cfg)] if cfg.entropy_coef > 0 else []
+    return terms + [variant("losses", name)(cfg) for name in cfg.loss_terms.split(",") if name]
+
+
+class MicroBatch:
+    """What a term reads of one micro-batch: rows, lp [b, T] (log pi, with gradient, 0 at padding), mask
+    [b, T], entropy [b, T] (when a term asked), counts (the mini-batch's global counts: tokens, rows,
+    episodes of the step rows; aux_tokens, aux_weight of the aux rows), ep_tok (response tokens per episode
+    id), and on demand the engine's, pi_old's and the reference's log-probs ([b, T]), the advantages [b] and
+    the aggregation weights [b]."""
+
+    def __init__(self, learn, rows, lp, mask, entropy, counts, ep_tok):
+        self.learn, self.rows, self.lp, self.mask, self.entropy = learn, rows, lp, mask, entropy
+        self.counts, self.ep_tok, self.device, self.ref_scored = counts, ep_tok, learn.device, None
+
+    def engine_lp(self):  # the engine's log-probs of the sampled tokens
+        return self.learn.padded(self.rows, "logprobs", self.lp)
+
+    def old_lp(self):  # pi_old: before this batch's first step
+        learn = self.learn
+        return learn.padded(self.rows, "old_lp", self.lp) if learn.old_from_trainer else self.engine_lp()
+
+    def ref_lp(self):  # the reference's (no gradient), or None without one
+        if self.ref_scored is None and self.learn.ref is not None:
+            with torch.no_grad():
+                self.ref_scored = self.learn.token_logprobs(self.learn.ref, self.rows)[0]
+        return self.ref_scored
+
+    def adv(self):
+        return torch.tensor([r["adv"] for r in self.rows], device=self.device)
+
+    def weights(self, agg):
+        return agg_weights(agg, torch.tensor([len(r["response_ids"]) for r in self.rows]),
+                           torch.tensor([self.ep_tok[r["eid"]] for r in self.rows]), self.counts["tokens"],
+                           self.counts["rows"], self.counts["episodes"]).to(self.device)
+
+
+# ---------------------------------------------------------------------------------------------- the update
+def response_logprobs(model, rows, pad_id, device="cpu", temperature=1.0, entropy=False):
+    """Per-token log-probs of each row's response_ids after its prompt_ids under `model` (teacher forcing), at
+    the rollout temperature and, for rows with "allowed", restricted to the admissible-reply trie: the
+    distribution the engine sampled from. Returns (lp [b, n], mask [b, n]), n = the longest response; with
+    entropy=True also the entropy of that distribution per position ([b, n], token_logprobs_entropy; lp is
+    the same either way). Prompts are left-padded so every response starts at column P; explicit position
+    ids keep RoPE as unpadded. Only the response positions get logits (logits_to_keep): full-vocabulary
+    logits over whole sequences would dominate activation memory (151,936 x 2.5k tokens = 1.5 GB per row in
+    fp32 for Qwen2.5)."""
+    P, n = max(len(r["prompt_ids"]) for r in rows), max(len(r["response_ids"]) for r in rows)
+    input_ids = torch.full((len(rows), P + n), pad_id, dtype=torch.long)  # [b, P + n]
+    attention = torch.zeros((len(rows), P + n), dtype=torch.long)
+    for b, r in enumerate(rows):
+        ids, start = r["prompt_ids"] + r["response_ids"], P - len(r["prompt_ids"])
+        input_ids[b, start:start + len(ids)] = torch.tensor(ids)
+        attention[b, start:start + len(ids)] = 1
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)  # [b, P + n]
+    # mask, targets: [b, n]
+    mask = torch.tensor([[1.0] * len(r["response_ids"]) + [0.0] * (n - len(r["response_ids"])) for r in rows])
+    targets = torch.tensor([r["response_ids"] + [pad_id] * (n - len(r["response_ids"])) for r in rows])
+    opts = pad_options([trie_options(r["response_ids"], r["allowed"]) if r.get("allowed") else None
+                        for r in rows], n) if any(r.get("allowed") for r in rows) else None
+    mask, targets = mask.to(device), targets.to(device)
+    # the logits at column j predict token j + 1: columns P-1 .. P+n-2 score the response (the last n + 1
+    # are kept)
+    logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                   position_ids=positions.to(device), logits_to_keep=n + 1, use_cache=False).logits[:, :n]
+    # logits: [b, n, V]
+    opts = None if opts is None else opts.to(device)
+    if entropy:  # one fp32 [b, n, V] tensor kept for the backward, as without
+        lp, ent = token_logprobs_entropy(logits, targets, opts, temperature)  # [b, n] each
+        return lp * mask, mask, ent * mask
+    lp = token_logprobs(logits, targets, opts, temperature)  # [b, n]
+    return lp * mask, mask
+
+
+class Update:
+    """The update of one batch on this rank (see the module docstring). model: what the forward runs (the DDP
+    wrapper, or the policy itself); policy: the module whose parameters the optimizer owns; terms: the loss
+    terms (make_terms(cfg, ref) when None). It reads no loss setting of cfg: the terms hold those."""
+
+    def __init__(self, cfg, model, policy, ref, opt, tok, device, world=1, ddp=False, fsdp=False,
+                 prec=contextlib.nullcontext, old_from_trainer=False, terms=None):
+        self.cfg, self.model, self.policy, self.ref, self.opt = cfg, model, policy, ref, opt
+        self.device, self.world, self.ddp, self.fsdp, self.prec = device, world, ddp, fsdp, prec
+        self.old_from_trainer, self.pad_id = old_from_trainer, tok.pad_token_id
+        self.DUMMY = {"prompt_ids": [tok.eos_token_id], "response_ids": [tok.eos_token_id]}
+        self.terms = make_terms(cfg, ref) if terms is None else list(terms)
+        self.by_rows = {kind: [t for t in self.terms if t.rows == kind] for kind in ("step", "aux")}
+        names = [k for t in self.terms for k in (*t.stats, *t.maxima)]
+        clash = {k for k in names if names.count(k) > 1} | set(names) & RESERVED
+        if clash or len(self.by_rows["step"]) + len(self.by_rows["aux"]) < len(self.terms):
+            raise ValueError(f"loss terms: stat names must be unique ({sorted(clash)}), rows step or aux")
+        # a zero-advantage step row carries no gradient for a term that does not say otherwise: no forward
+        self.zero_adv = any(t.zero_adv for t in self.by_rows["step"])
+
+    def batch(self, rows, aux):
+        """The batch's optimizer steps: ceil(global rows / --ppo_mini_batch) mini-batches (0: one), each
+        task's step rows and aux rows spread over them in order (mini_batches: the same cut on 1 GPU or 8),
+        each mini-batch's loss normalised by its own global counts (verl's dp_actor: several optimizer steps a
+        batch). pi_old is scored once, before the first step. -> LOGGED (each term's finish: pg, kl, entropy,
+        aux: each mini-batch's mean, averaged; clipfrac; ratio_dev), every other term stat (their names
+        also under "term_stats", for the step line), update_rel (summed relative update size), grad_norm
+        (mean; nan if any step was non-finite), and with trainer pi_old the engine-vs-trainer gap."""
+        n_rows = all_sum(len(rows), self.ddp)
+        n_mb = max(1, -(-n_rows // self.cfg.ppo_mini_batch)) if self.cfg.ppo_mini_batch else 1
+        parts = list(zip(mini_batches(rows, n_mb), mini_batches(aux, n_mb)))
+        # rows with zero advantage that no term needs: no forward pass (they still count in the means)
+        keep = (lambda mb: mb) if self.zero_adv else (lambda mb: [r for r in mb if r["adv"] != 0.0])
+        sum_keys = [k for t in self.terms for k in t.stats]
+        sums = {**dict.fromkeys(sum_keys, 0.0), "tokens": float(sum(len(r["response_ids"]) for r in rows)),
+                "lp_diff": 0.0, "lp_k3": 0.0, "lp_tokens": 0.0}  # engine vs trainer on the sampled tokens
+        maxima = {**{k: 0.0 for t in self.terms for k in t.maxima}, "lp_diff": 0.0}
+        for mb, _ in parts if self.old_from_trainer and any(t.old for t in self.terms) else []:
+            gap = self.old_logprobs(keep(mb))
+            for k in ("lp_diff", "lp_k3", "lp_tokens"):
+                sums[k] += gap[k]
+            maxima["lp_diff"] = max(maxima["lp_diff"], gap["lp_diff_max"])
+        update_rel, grad_norms = 0.0, []
+        for mb, aux_mb in parts:
+            ep_tok = {}  # response tokens per episode within the mini-batch (the "episode" aggregation)
+            for r in mb:
+                ep_tok[r["eid"]] = ep_tok.get(r["eid"], 0) + len(r["response_ids"])
+            counts = reduce_dict({"tokens": sum(ep_tok.values()), "rows": len(mb), "episodes": len(ep_tok),
+                                  "aux_tokens": sum(len(r["response_ids"]) for r in aux_mb),
+                                  "aux_weight": sum(1.0 / r["n"] for r in aux_mb)}, self.ddp)
+            self.opt.zero_grad(set_to_none=self.fsdp or not self.ddp)  # DDP: grads stay views of its buckets
+            stats = self.loss_terms(keep(mb), aux_mb, counts, ep_tok)
+            finite = all_max(int(stats["finite"] < 1), self.ddp) == 0
+            for k in maxima.keys() - {"lp_diff"}:
+                maxima[k] = max(maxima[k], stats[k])
+            for k in sum_keys:
+                sums[k] += stats[k]
+            # the gradient norm is the same on every rank (DDP: reduced grads; FSDP: a global norm), so is
+            # this step
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.grad_clip).item() \
+                if finite else math.nan
+            grad_norms.append(grad_norm)
+            if not math.isfinite(grad_norm):
+                self.opt.zero_grad(set_to_none=True)
+            elif grad_norm > 0:  # no signal, no step: Adam would turn a zero gradient into a full-size move
+                self.opt.step()
+                update_rel += self.update_size()
+        sums, maxima = reduce_dict(sums, self.ddp), reduce_dict(maxima, self.ddp, "max")
+        out = dict.fromkeys(LOGGED, 0.0)
+        for t in self.terms:
+            out.update(t.finish(sums, maxima, n_mb, sums["tokens"]))
+        more = [k for k in out if k not in LOGGED]
+        out.update(update_rel=update_rel,
+                   grad_norm=(sum(grad_norms) / len(grad_norms) if all(map(math.isfinite, grad_norms))
+                              else math.nan))
+        if self.old_from_trainer:  # how far the engine that sampled is from the trainer that scores
+            n = max(sums["lp_tokens"], 1)
+            out.update(lp_diff_mean=sums["lp_diff"] / n, lp_diff_max=maxima["lp_diff"],
+                       lp_kl=sums["lp_k3"] / n)
+        return {**out, "term_stats": more} if more else out
+
+    def update_size(self):
+        """||theta_new - theta_old|| / ||theta_old|| of the step just taken, from AdamW's state
+        (adamw_update_norm: no copy of the weights); FSDP: this rank's shards, summed over ranks."""
+        sq = reduce_dict(dict(zip(("delta", "theta"), adamw_update_norm(self.opt))), self.fsdp)
+        return math.sqrt(sq["delta"] / max(sq["theta"], 1e-30))
+
+    def token_logprobs(self, model, rows, entropy=False):
+        """-> (log-probs [b, T], mask [b, T][, entropy [b, T]]) of the response tokens under the distribution
+        the engine sampled from: trie-restricted (--constrained) and at --temperature."""
+        return response_logprobs(model, rows, self.pad_id, self.device, self.cfg.temperature, entropy)
+
+    def micro_batches(self, rows):  # sorted by length: less padding per micro-batch
+        rows = sorted(rows, key=lambda r: len(r["prompt_ids"]) + len(r["response_ids"]))
+        return [rows[i:i + self.cfg.micro_batch] for i in range(0, len(rows), self.cfg.micro_batch)]
+
+    # per-row lists of per-token values -> [b, T] like the trainer's log-probs
+    def padded(self, mb, key, like):
+        out = torch.zeros_like(like)
+        for b, r in enumerate(mb):
+            out[b, :len(r[key])] = torch.as_tensor(r[key], dtype=out.dtype, device=self.device)
+        return out
+
+    @torch.no_grad()
+    def old_logprobs(self, rows):
+        """pi_old by the trainer, with the weights before this batch's first optimizer step (verl's
+        convention: the trainer recomputes old_log_prob, verl/trainer/ppo/ray_trainer.py). Scored in the same
+        micro-batches as the loss and by the same formula (with or without an entropy term), so with one
+        update per batch the ratio is exactly 1. Sets row["old_lp"]; returns the engine vs trainer gap on
+        this rank: {"lp_diff": sum |d|, "lp_diff_max": max |d|, "lp_k3": sum k3, "lp_tokens"}."""
+        mbs = self.micro_batches(rows)
+        pad = (all_max(len(mbs), self.ddp) - len(mbs)) if self.fsdp else 0  # FSDP: matched all-gathers
+        gap = {"lp_diff": 0.0, "lp_diff_max": 0.0, "lp_k3": 0.0, "lp_tokens": 0.0}
+        for mb in mbs + [[self.DUMMY]] * pad:
+            with self.prec():
+                lp, mask = self.token_logprobs(self.model, mb)
+            if mb[0] is self.DUMMY:
+                continue
+            for b, r in enumerate(mb):
+                r["old_lp"] = lp[b, :len(r["response_ids"])].float().tolist()
+            engine_lp = self.padded(mb, "logprobs", lp).float()
+            diff, diff_max, k3, n = logprob_mismatch(lp.float(), engine_lp, mask)
+            gap = {"lp_diff": gap["lp_diff"] + diff, "lp_diff_max": max(gap["lp_diff_max"], diff_max),
+                   "lp_k3": gap["lp_k3"] + k3, "lp_tokens": gap["lp_tokens"] + n}
+        return gap
+
+    def loss_terms(self, rows, aux, counts, ep_tok):
+        """Backward of this rank's share of the loss, one micro-batch at a time: the step rows' micro-batches
+        (when a term reads them), then the aux rows', then zero-loss passes up to the most any rank runs.
+        Weights use global counts (tokens, rows, episodes, aux tokens over all ranks), so DDP's gradient
+        average equals the single-process loss on the global batch. ep_tok: response tokens per episode id.
+        Returns this rank's sums of the terms' stats (maxima as maxima) and "finite" as 0/1."""
+        stats = {**{k: 0.0 for t in self.terms for k in (*t.stats, *t.maxima)}, "finite": 1.0}
+        work = [("step", mb) for mb in (self.micro_batches(rows) if self.by_rows["step"] else [])]
+        work += [("aux", mb) for mb in self.micro_batches(aux)] if self.by_rows["aux"] else []
+        work += [("none", [self.DUMMY])] * (all_max(max(len(work), 1), self.ddp) - len(work))
+        for j, (kind, mb) in enumerate(work):
+            # DDP: reduce once, in the last backward
+            skip_sync = self.ddp and not self.fsdp and j < len(work) - 1
+            with self.model.no_sync() if skip_sync else contextlib.nullcontext():
+                with self.prec():  # bf16 compute over the fp32 weights
+                    loss = self.micro_loss(kind, mb, counts, ep_tok, stats)
+                if not torch.isfinite(loss):  # still backward (every rank joins the same reductions); no step
+                    stats["finite"] = 0.0
+                loss.backward()
+        return stats
+
+    def micro_loss(self, kind, mb, counts, ep_tok, stats):
+        """One micro-batch's loss: the sum of the losses of the terms that read `kind` rows (step | aux; none:
+        a zero-loss pass), times world (DDP averages gradients over ranks); adds their stats to `stats`."""
+        batch = None
+        if kind == "none":
+            loss = self.token_logprobs(self.model, mb)[0].sum() * 0.0
+        else:
+            terms = self.by_rows[kind]
+            out = self.token_logprobs(self.model, mb, any(t.entropy for t in terms))  # [b, T] each
+            batch = MicroBatch(self, mb, out[0], out[1], out[2] if len(out) > 2 else None, counts, ep_tok)
+            loss = None
+            for t in terms:
+                part, got = t(batch)
+                loss = part if loss is None else loss + part
+                for k in t.stats:
+                    stats[k] = stats.get(k, 0.0) + got[k]
+                for k in t.maxima:
+                    stats[k] = max(stats.get(k, 0.0), got[k])
+            loss = loss * self.world
+        if self.fsdp and self.ref is not None and (batch is None or batch.ref_scored is None):
+            with torch.no_grad():  # the sharded reference all-gathers in every pass, after the policy
+                self.token_logprobs(self.ref, [self.DUMMY])
+        return loss

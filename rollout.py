@@ -1,9 +1,11 @@
-"""Batched multi-turn agent rollouts: prompts, action parsing, two engines (vLLM, HF generate) behind one
+"""Batched multi-turn agent rollouts, in the order they are built: the hint a prefix comes from, a rollout
+group, prompts, replies and their reward (the reply rule), two engines (vLLM, HF generate) behind one
 interface, the vLLM weight sync, and the rollout loop over the env pool.
 
-    out = rollout(engine, pool, tok, groups, cfg, seed)   # groups: [hints.group(source, task, n, R)]
+    hints, reply = make_hints(cfg, tasks), make_reply(cfg)   # at setup: ExpertSource, Reply or a variant's
+    out = rollout(engine, pool, tok, [group(task, hints.hint(task), n, R)], cfg, seed, reply)
     out["rows"]      per-step training rows (prompt ids, response ids, engine log-probs, group / episode /
-                     step, valid)
+                     step, valid, reward)
     out["aux"]       one row per expert-prefix step: the prompt the policy would have seen + the expert reply
                      (with its think where the prompt asks for one), "n" = the prefix's length
     out["episodes"]  won, reward, steps, invalid, error, played (the prefix and the valid actions after it)
@@ -17,34 +19,96 @@ import itertools
 import logging
 import os
 import random
-import re
 import time
 import warnings
+from typing import NamedTuple
 
 import torch
 
-from grpo import FREE, pad_options, step_rewards, token_logprobs, trie_options
+from envs import env_class
+from grpo import FREE, pad_options, response_logprobs, token_logprobs, trie_options
 from plumbing.parallel import kv_bytes_per_token
-from hints import group
-from update import response_logprobs
+
+
+# ----------------------------------------------------------------------------------------------
+# Hints: where a replayed prefix (and a line of the prompt) comes from
+# ----------------------------------------------------------------------------------------------
+class Hint(NamedTuple):
+    """A hint for a task: `actions` to replay the first n of (L = len(actions); none: played at depth 0),
+    their `thinks` (the aux / SFT targets' reasoning; may be empty), a `text` for the prompt ("": none; else
+    the line "Hint: <text>" after the task, in every episode of the task's group)."""
+    actions: list
+    thinks: list = []
+    text: str = ""
+
+
+class ExpertSource:
+    """The paper's hint source: each task's expert trajectory (its walkthrough, or the authors' expert data
+    that plumbing/expert_data.py put in its place, with its thinks); learns nothing. A hint source has
+    hint(task) -> Hint | None, asked once per task per step (the scheduler's L and the rollout's prefix come
+    from that one answer; and at setup once per training task, after observe() once per task it reported
+    changed, for its L); observe(every rank's episodes of a step: {"task_id", "won", "error", "played"}) ->
+    the task ids whose hint changed; state_dict() / load_state_dict(sd) (JSON, saved in every checkpoint).
+    hint() depends on the task and the source's own state alone, which changes only in observe(); every rank
+    asks the same questions in the same order, so a source that draws at random draws from its own seeded
+    generator, kept in its state_dict. Others: variants/hints.py; a file of your own, --hint_source
+    file:Class, built as Class(cfg, tasks) (README "Hack it")."""
+
+    def __init__(self, tasks):
+        self.trajectories = {t["id"]: Hint(list(t["walkthrough"]), list(t.get("thinks") or []))
+                             for t in tasks if t["walkthrough"]}
+
+    def hint(self, task):
+        return self.trajectories.get(task["id"])
+
+    def observe(self, episodes):
+        return []
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, sd):
+        pass
+
+
+def make_hints(cfg, tasks):
+    """--hint_source expert, no --drop_walkthroughs: ExpertSource; else (self, mixed, expert less a dropped
+    share, file:Class) Class(cfg, tasks), looked up once through config.variant (variants/hints.py)."""
+    if cfg.hint_source == "expert" and not cfg.drop_walkthroughs:
+        return ExpertSource(tasks)
+    from config import variant
+    return variant("hints", "dropped" if cfg.hint_source == "expert" else cfg.hint_source)(cfg, tasks)
+
+
+def group(task, hint, n, R):
+    """A rollout group: R episodes of `task` after the first n actions of its hint (None: n = 0), its text."""
+    actions, thinks, text = hint or Hint([])
+    if n > len(actions):
+        raise ValueError(f"task {task['id']}: a prefix of {n} steps, but its hint has {len(actions)}")
+    return {"task": task, "n": n, "R": R, "prefix": list(actions[:n]), "thinks": list(thinks[:n]),
+            "text": text}
+
+
 
 
 # ----------------------------------------------------------------------------------------------
 # Prompt protocol (docs/method.md §7) and parsing
 # ----------------------------------------------------------------------------------------------
-def user_message(task, room, history, obs, admissible, step, cfg):
-    """The single-turn user message for one decision. history: [(obs, action)], prefix steps included."""
+def user_message(task, room, history, obs, admissible, step, cfg, hint=""):
+    """The single-turn user message for one decision. history: [(obs, action)], prefix steps included. hint: a
+    hint's text, shown on a line of its own after the task ("": no line, the prompt as without hints)."""
     if cfg.prompt == "compact":  # tiny-model variant: every past action, short observation, action tag only
         done = " | ".join(a for _, a in history) or "-"
         obs = obs.replace(" [SEP] ", " | ")  # WebShop pages: shorter separators (ALFWorld text has none)
-        msg = f"task: {task}\n" + (f"room: {room}\n" if room else "") + f"done: {done}\nnow: {obs}"
+        msg = (f"task: {task}\n" + (f"hint: {hint}\n" if hint else "") + (f"room: {room}\n" if room else "")
+               + f"done: {done}\nnow: {obs}")
         if not cfg.constrained:  # under constrained decoding the decoder already knows the options
             msg += f"\noptions: {' | '.join(admissible)}\nreply: <action> one option </action>"
         return msg
     k = cfg.history_length
     past = history[-k:] if k > 0 else []
-    who = "a shopping agent in a web store" if cfg.env == "webshop" else "a household robot in a text world"
-    lines = [f"You are {who}. Your task is to: {task}",
+    who, tip = env_class(cfg.env).wording  # the agent's wording comes with the environment (envs.ENVS)
+    lines = [f"You are {who}. Your task is to: {task}", *([f"Hint: {hint}"] if hint else []),
              f"You have already taken {step} step(s)."]
     if past:
         lines.append(f"Your most recent {len(past)} observation(s) and action(s):")
@@ -53,7 +117,7 @@ def user_message(task, room, history, obs, admissible, step, cfg):
     lines += [f"Current observation: {obs}", "The actions you can take now: " + ", ".join(admissible),
               "First reason briefly inside <think> </think>, then reply with exactly one of the actions "
               "inside <action> </action>."
-              + (" For search[<query>], write the query yourself." if cfg.env == "webshop" else "")]
+              + (f" {tip}" if tip else "")]
     return "\n".join(lines)
 
 
@@ -90,37 +154,20 @@ def encode_prompt(tok, message, max_tokens):
     return (ids[-max_tokens:], True) if len(ids) > max_tokens else (ids, False)
 
 
-def fit_prompt(tok, task, room, history, obs, admissible, step, cfg):
+def fit_prompt(tok, task, room, history, obs, admissible, step, cfg, hint=""):
     """The prompt of one decision within --max_prompt_tokens. An over-long one shows fewer past steps, the
-    oldest dropped first; the task sentence (its first line) and the current observation always stay. Should
-    the prompt be too long with no history left, its middle goes (the first quarter of the budget and the rest
-    from the end). (The authors truncate from the left, which drops the task first: data.truncation=left.) ->
-    (ids, truncated?)"""
+    oldest dropped first; the task sentence (its first line, and a hint's line after it) and the current
+    observation always stay. Should the prompt be too long with no history left, its middle goes (the first
+    quarter of the budget and the rest from the end). (The authors truncate from the left, which drops the
+    task first: data.truncation=left.) -> (ids, truncated?)"""
     # what the prompt would show
     first = max(0, len(history) - cfg.history_length) if cfg.prompt == "full" else 0
     for j in range(first, len(history) + 1):
-        ids = chat_ids(tok, user_message(task, room, history[j:], obs, admissible, step, cfg))
+        ids = chat_ids(tok, user_message(task, room, history[j:], obs, admissible, step, cfg, hint))
         if len(ids) <= cfg.max_prompt_tokens:
             return ids, j > first
     head = cfg.max_prompt_tokens // 4
     return ids[:head] + ids[len(ids) - (cfg.max_prompt_tokens - head):], True
-
-
-CJK = re.compile(r"[\u4e00-\u9fff]")
-
-
-def read_reply(text, finished, cfg):
-    """-> (the action to play or None, the reply counts as valid). [released] --parse_lower reads the
-    lower-cased reply; --parse_think counts a reply without <think>...</think> or with a CJK character
-    invalid, though its action is played [the authors' projection:
-    agent_system/environments/env_package/webshop/projection.py, and verl-agent's alfworld_projection]."""
-    if cfg.parse_lower and isinstance(text, str):
-        text = text.lower()
-    action = parse_action(text, finished)
-    ok = action is not None
-    if ok and cfg.parse_think:
-        ok = "<think>" in text and "</think>" in text and not CJK.search(text)
-    return action, ok
 
 
 def parse_action(text, finished=True):
@@ -134,6 +181,37 @@ def parse_action(text, finished=True):
         return None
     a = " ".join(text[i + 8:j].split())
     return a or None
+
+
+class Reply:
+    """The paper's reply rule, chosen once at setup (make_reply) and passed to rollout(), whose loop reads no
+    flag of its own. A reply rule has read(text, finished) -> (the action to play or None, the reply counts as
+    valid); reward(won, n_invalid) -> the episode's reward; row_rewards(won, invalid: a bool per step row) ->
+    one reward per row; adv_level: "traj" (advantages from episode rewards, grpo.row_advantages) | "step".
+    Here: parse_action; the 0/1 outcome on every row. The authors' rule: variants/replies.py."""
+    adv_level = "traj"
+
+    def read(self, text, finished):
+        action = parse_action(text, finished)
+        return action, action is not None
+
+    def reward(self, won, n_invalid):
+        return float(won)
+
+    def row_rewards(self, won, invalid):
+        return [float(won)] * len(invalid)
+
+
+PAPER_REPLY = {"parse_lower": False, "parse_think": False, "reward_scale": 1.0, "invalid_penalty": 0.0,
+               "adv_level": "traj"}  # a run with these needs no variant
+
+
+def make_reply(cfg):
+    """Reply with every PAPER_REPLY flag at its paper value, else variants/replies.py's (config.variant)."""
+    if all(getattr(cfg, k) == v for k, v in PAPER_REPLY.items()):
+        return Reply()
+    from config import variant
+    return variant("replies", "authors")(cfg)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -467,9 +545,11 @@ def make_engine(cfg, model_path, tok, device, seed, seqs=1):
 episode_ids = itertools.count(1)  # one id per episode this process plays: the env workers' handle
 
 
-def rollout(engine, pool, tok, groups, cfg, seed=0):
+def rollout(engine, pool, tok, groups, cfg, seed=0, reply=None):
     """Run every group's R episodes to the end. groups: [{"task", "n": prefix length, "R", "prefix": the n
-    hint actions to replay, "thinks": theirs (may be empty)}] (hints.group builds one)."""
+    hint actions to replay, "thinks": theirs (may be empty), "text": the hint's text for the prompt (may be
+    absent)}] (group builds one). reply: the reply rule chosen at setup (make_reply; None: the paper's)."""
+    reply = Reply() if reply is None else reply
     st = dict(rollouts=0, env_steps=0, gen_tokens=0, t_gen=0.0, t_env=0.0, prompts=0, truncated=0, invalid=0,
               errors=0, prefix_steps=0)
     t_start = time.time()
@@ -478,7 +558,7 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
         for _ in range(g["R"]):
             eps.append({"eid": next(episode_ids), "gid": gid, "task": g["task"], "n": g["n"], "rows": [],
                         "done": False, "won": False, "invalid": 0, "error": None,
-                        "thinks": g.get("thinks") or [],
+                        "thinks": g.get("thinks") or [], "text": g.get("text") or "",
                         "played": list(g["prefix"])})  # played: the prefix, then the valid actions taken
     t0 = time.time()
     res = pool.run([("reset", e["eid"], e["task"]["gamefile"], e["played"]) for e in eps])
@@ -499,7 +579,7 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
             aux_done.add(e["gid"])
             n_prefix = len(r["prefix_steps"])
             for t, (o, adm, a) in enumerate(r["prefix_steps"]):
-                ids, _ = fit_prompt(tok, e["goal"], e["room"], e["history"][:t], o, adm, t, cfg)
+                ids, _ = fit_prompt(tok, e["goal"], e["room"], e["history"][:t], o, adm, t, cfg, e["text"])
                 aux.append({"prompt_ids": ids,
                             "response_ids": expert_ids(tok, a, target_think(e["thinks"], t, cfg)),
                             "gid": e["gid"], "t": t, "n": n_prefix})
@@ -512,7 +592,7 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
         prompts = []
         for e in live:
             ids, tr = fit_prompt(tok, e["goal"], e["room"], e["history"], e["obs"], e["admissible"],
-                                 e["steps"], cfg)
+                                 e["steps"], cfg, e["text"])
             st["truncated"] += tr
             st["prompts"] += 1
             prompts.append(ids)
@@ -524,7 +604,7 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
         for j, (e, p, o) in enumerate(zip(live, prompts, outs)):
             st["gen_tokens"] += len(o["ids"])
             text = tok.decode(o["ids"], skip_special_tokens=True)
-            action, ok = read_reply(text, o["finished"], cfg)
+            action, ok = reply.read(text, o["finished"])
             e["rows"].append({"prompt_ids": p, "response_ids": o["ids"], "logprobs": o["logprobs"],
                               "gid": e["gid"], "eid": e["eid"], "t": e["steps"], "valid": ok, "text": text,
                               **({"allowed": allowed[j]} if allowed is not None else {})})
@@ -552,14 +632,13 @@ def rollout(engine, pool, tok, groups, cfg, seed=0):
     pool.run([("close", e["eid"]) for e in eps])
     episodes, rows = [], []
     for e in eps:
-        reward = cfg.reward_scale * float(e["won"]) - cfg.invalid_penalty * e["invalid"]
+        reward = reply.reward(e["won"], e["invalid"])
         episodes.append({"eid": e["eid"], "gid": e["gid"], "task_id": e["task"]["id"], "n": e["n"],
                          "played": e["played"], "won": bool(e["won"]), "reward": reward,
                          "steps": e.get("steps", 0),
                          "score": float(e.get("score", 0.0)) if not e["error"] else 0.0,
                          "invalid": e["invalid"], "error": e["error"]})
-        for r, rr in zip(e["rows"], step_rewards(e["won"], [not x["valid"] for x in e["rows"]],
-                                                 cfg.reward_scale, cfg.invalid_penalty, cfg.adv_level)):
+        for r, rr in zip(e["rows"], reply.row_rewards(e["won"], [not x["valid"] for x in e["rows"]])):
             r["reward"] = rr  # traj: the episode's reward; step (released): won minus this step's own penalty
             rows.append(r)
     st["t_total"] = time.time() - t_start
@@ -576,55 +655,42 @@ def group_successes(out, n_groups):
     return flags
 
 
-def split_groups(out, n_groups):
-    """One rollout output per group (each with gid 0), in group order."""
-    return [{k: [{**x, "gid": 0} for x in out[k] if x["gid"] == g] for k in ("rows", "aux", "episodes")}
-            for g in range(n_groups)]
-
-
-def merge(outs):
-    """Concatenate rollout outputs, renumbering groups so they stay distinct; stats are summed."""
-    m = {"rows": [], "aux": [], "episodes": [], "stats": {}}
-    off = 0
-    for o in outs:
-        for k in ("rows", "aux", "episodes"):
-            m[k] += [{**x, "gid": x["gid"] + off} for x in o[k]]
-        for k, v in o.get("stats", {}).items():
-            m["stats"][k] = m["stats"].get(k, 0) + v
-        off += 1 + max([x["gid"] for k in ("rows", "aux", "episodes") for x in o[k]], default=0)
-    return m
-
-
-class Prober:
-    """The probe callback of the probe schedulers: probe([(i, n)]) runs R rollouts of batch task i from an
-    n-step prefix through this same loop, returns successes, and keeps the rollouts so the chosen probe's
-    group is the one trained on. Its cost is reported separately."""
-
-    def __init__(self, engine, pool, tok, tasks, cfg, seed, source):
-        self.args = (engine, pool, tok)
-        self.tasks, self.cfg, self.seed, self.source = tasks, cfg, seed, source
-        self.groups, self.stats, self.calls = {}, {}, 0
-
-    def __call__(self, pairs):
-        todo = [(i, n) for i, n in pairs if (i, n) not in self.groups]
-        if todo:
-            self.calls += 1
-            out = rollout(*self.args,
-                          [group(self.source, self.tasks[i], n, self.cfg.group_size) for i, n in todo],
-                          self.cfg, self.seed * 7919 + self.calls)
-            for k, v in out["stats"].items():
-                self.stats[k] = self.stats.get(k, 0) + v
-            for (i, n), g in zip(todo, split_groups(out, len(todo))):
-                self.groups[(i, n)] = g
-        return [sum(e["won"] for e in self.groups[(i, n)]["episodes"]) for i, n in pairs]
-
-    def take(self, i, n):
-        """The probed group of task i at depth n, or None when it was never probed."""
-        return self.groups.get((i, n))
-
-
 def seed_all(seed):
     random.seed(seed)
     torch.manual_seed(seed)
     import numpy as np
     np.random.seed(seed % 2**32)
+
+
+# ----------------------------------------------------------------------------------------------
+# The player: who plays a step's groups (the probe and SFT baselines' players: variants/players.py)
+# ----------------------------------------------------------------------------------------------
+class Player:
+    """The paper's player: this rank's R rollouts per task after each task's n-step hint prefix, in one batch
+    (rollout). plays: the policy plays episodes (the SFT baselines' player does not); stats: the rollouts a
+    probe rule spent before the depths were fixed (none here)."""
+    plays = True
+
+    def __init__(self, engine, pool, tok, cfg, reply=None, rank=0, gather=lambda x: [x]):
+        self.engine, self.pool, self.tok, self.cfg, self.reply = engine, pool, tok, cfg, reply
+        self.rank, self.gather, self.stats = rank, gather, {}
+
+    def prober(self, step, tasks, hints, mine):  # the probe rules' callback: none on the paper's path
+        return None
+
+    def play(self, step, tasks, hints, n):  # this rank's tasks, their hints and depths -> the rollout output
+        groups = [group(t, h, ni, self.cfg.group_size) for t, h, ni in zip(tasks, hints, n)]
+        return rollout(self.engine, self.pool, self.tok, groups, self.cfg,
+                       self.cfg.seed * 1_000_003 + step * 1009 + self.rank, self.reply)
+
+
+def make_player(cfg, rule, engine, pool, tok, reply=None, rank=0, gather=lambda x: [x]):
+    """The paper's Player, or (an SFT mode, a rule that probes) its player in variants/players.py, looked up
+    once through config.variant."""
+    kind = ("sft" if cfg.mode in ("sft_full", "sft_prefix") else
+            "probe" if getattr(rule, "probes", False) else None)
+    if kind is None:
+        return Player(engine, pool, tok, cfg, reply, rank, gather)
+    from config import variant
+    return variant("players", kind)(engine, pool, tok, cfg, reply, rank, gather)
+

@@ -102,7 +102,7 @@ keep() {  # --cpu: a finished run's summary and log into results/ (the repositor
     mkdir -p "$RESULTS/$name/s$s" && cp "$out/summary.json" "$out/log.jsonl" "$RESULTS/$name/s$s/"
 }
 
-# the methods and their flags: config.METHODS, the one list (eval.py's tables and bench.py read it too)
+# the methods and their flags: config.METHODS, the one list (eval.py's tables and tools/bench.py read it too)
 NAMES=(); declare -A FLAGS GROUP
 while IFS=$'\t' read -r name group flags; do NAMES+=("$name"); GROUP[$name]=$group; FLAGS[$name]=$flags
 done < <(python config.py methods)
@@ -117,7 +117,7 @@ for s in $SEEDS; do
                 if [ "$MODE" = gpu ]; then [ "$name" = released_rules ] && continue
                 else [ "$name" != released_rules ] && continue; fi ;;
             webshop) ;;
-            *) continue ;;  # hints (the pick-two regime, below), beyond (bench.py sched)
+            *) continue ;;  # hints (the pick-two regime, below), beyond (python -m tools.bench sched)
         esac
         case "$name" in *_7b) { [ "$MODE" = gpu ] && [ "$SEVEN" = 1 ]; } || continue ;; esac  # Qwen2.5-7B: --7b
         if [[ $name == ws_* ]]; then

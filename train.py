@@ -54,9 +54,8 @@ if use_cuda and cfg.mem_cap_gb > 0:  # e.g. 80 on a 141 GB card: what an 80 GB c
 dtype = compute_dtype(cfg.dtype, use_cuda)  # forward passes; the policy's master weights and AdamW stay fp32
 old_from_trainer = cfg.old_logprobs == "trainer" or (cfg.old_logprobs == "auto" and use_cuda)
 from grpo import lr_at, row_advantages  # noqa: E402
-from rollout import (  # noqa: E402
-    Prober, group_successes, make_engine, merge, rollout, seed_all, split_groups, sync_check)
-from update import Update  # noqa: E402
+from rollout import group_successes, make_engine, make_player, seed_all, sync_check  # noqa: E402
+from grpo import Update, make_terms  # noqa: E402
 
 seed_all(cfg.seed + rank)  # sampling differs per rank; data order and scheduler use cfg.seed on every rank
 
@@ -70,12 +69,21 @@ def gather(obj):
     return out
 
 
+def in_batch_order(parts, n):
+    """Every rank's (batch indices, values) -> one list of the n values in batch order."""
+    out = [None] * n
+    for indices, values in parts:
+        for i, v in zip(indices, values):
+            out[i] = v
+    return out
+
+
 # -------------------------------------------------------------- tasks, hints, env pool (before any CUDA work)
 from envs import EnvPool, env_spec  # noqa: E402
 from eval import eval_sets, eval_splits, in_loop_eval  # noqa: E402
-from hints import group, make_source  # noqa: E402
-from plumbing.report import end_lines, run_summary, step_line  # noqa: E402
-from plumbing.tasks import batch_indices, length_table, tasks_for, train_subset  # noqa: E402
+from rollout import make_hints, make_reply  # noqa: E402
+from plumbing.report import end_lines, run_summary, step_line, step_record  # noqa: E402
+from plumbing.tasks import batch_indices, cluster_warning, length_table, tasks_for, train_subset  # noqa: E402
 
 train_tasks = train_subset(local_first(lambda: tasks_for(cfg, cfg.train_split, verbose=master),
                                        ddp, local_rank),
@@ -83,24 +91,26 @@ train_tasks = train_subset(local_first(lambda: tasks_for(cfg, cfg.train_split, v
 cut = lambda ts: [] if cfg.eval_games < 0 else ts[:cfg.eval_games] if cfg.eval_games else ts  # noqa: E731
 val_sets = [(name, cut(tasks_for(cfg, split, verbose=master))) for name, split in eval_splits(cfg)]
 panel = [train_tasks[i] for i in np.random.default_rng(1234).permutation(len(train_tasks))[:cfg.train_panel]]
-hints = make_source(cfg, train_tasks)  # every prefix comes from it (hints.py): expert, self or mixed
+hints = make_hints(cfg, train_tasks)  # every prefix comes from it: rollout.ExpertSource or variants/hints.py
+reply = make_reply(cfg)  # how a reply is read and rewarded: rollout.Reply or variants/replies.py
 
 
-def hint_len(task):  # L: the length of the task's hint, None while it has none (played at depth 0)
-    hint = hints.hint(task)
-    return len(hint[0]) if hint else None
+def hint_len(hint):  # L: the length of a hint's actions; None without any (played at depth 0)
+    return (len(hint.actions) or None) if hint else None
 
 
+lengths = [hint_len(hints.hint(t)) for t in train_tasks]  # L per training task (None: no hint yet)
+known_L = {t["id"]: L for t, L in zip(train_tasks, lengths) if L is not None}  # the lengths the scheduler has
 if master:
     print(length_table(train_tasks))
-    print(f"[hints] {cfg.hint_source}: {sum(hint_len(t) is not None for t in train_tasks)} "
+    print(f"[hints] {cfg.hint_source}: {sum(L is not None for L in lengths)} "
           f"of {len(train_tasks)} training tasks start with a hint")
 pool = EnvPool(cfg.num_workers, env_spec(cfg))
 
 # -------------------------------------------------------------- models, reference, rollout engine, optimizer
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-from scheduler import Scheduler, token_offsets  # noqa: E402
+from scheduler import make_rule  # noqa: E402
 from plumbing.tiny import resolve_model  # noqa: E402
 
 # 'tiny': built once per node (same seed)
@@ -130,35 +140,22 @@ seqs = max(-(-cfg.batch_tasks // world) * cfg.group_size, -(-n_eval // world))  
 engine = make_engine(cfg, model_path, tok, device, cfg.seed + rank, seqs)
 opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                         betas=(cfg.beta1, cfg.beta2))
-sched = Scheduler(cfg, [t["id"] for t in train_tasks], [hint_len(t) for t in train_tasks], seed=cfg.seed)
+sched = make_rule(cfg, [t["id"] for t in train_tasks], lengths, cfg.seed, tok)  # G2, or a variant's rule
+warning = cluster_warning(lengths, cfg.K) if cfg.cluster_mode == "quantile" else None
+if master and warning:  # e.g. lengths 4-7 under K = 3: thresholds [6.0, 6.0], a cluster never holds a task
+    print(warning)
+player = make_player(cfg, sched, engine, pool, tok, reply, rank, gather)  # who plays a step's groups
 # saved in every checkpoint, restored on resume, compared across ranks
 run_state = {"sched": sched, "hints": hints}
 prec = (lambda: contextlib.nullcontext()) if fsdp else (lambda: autocast(device, dtype))  # FSDP casts itself
-learn = Update(cfg, model, policy, ref, opt, tok, device, world, ddp, fsdp, prec, old_from_trainer)
+terms = make_terms(cfg, ref)  # the loss terms, chosen once: grpo.py's and variants/losses.py's
+learn = Update(cfg, model, policy, ref, opt, tok, device, world, ddp, fsdp, prec, old_from_trainer, terms)
 if fsdp:
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                          get_optimizer_state_dict, set_model_state_dict,
                                                          set_optimizer_state_dict)
     # checkpoints: gathered into rank 0's RAM
     FULL_CPU = StateDictOptions(full_state_dict=True, cpu_offload=True)
-tok_cum_cache = {}  # [released] --prefix_unit token: hint actions -> token_offsets of their rendered prefix
-
-
-def sched_task(task):
-    """What the scheduler sees of a task: its id, its hint's length L and, in token units, the
-    token offsets."""
-    hint = hints.hint(task)
-    if hint is None:
-        return {"id": task["id"], "L": None}
-    if cfg.prefix_unit != "token":
-        return {"id": task["id"], "L": len(hint[0])}
-    # [released] token units
-    key = tuple(hint[0])
-    if key not in tok_cum_cache:
-        tok_cum_cache[key] = token_offsets(tok, hint[0])
-    return {"id": task["id"], "L": len(hint[0]), "tok_cum": tok_cum_cache[key]}
-
-
 def sync_engine():
     """Stream the policy's weights into the engine, one full tensor at a time (FSDP2: each gathered as it is
     consumed, so no rank holds a second full copy of the model). -> their sum, which the ranks compare."""
@@ -252,12 +249,24 @@ def run_eval(step):
     sets = eval_sets(cfg, step, val_sets, panel)
     if not sets:
         return
-    res = in_loop_eval(engine, pool, tok, sets, cfg, step, rank, world, gather)
+    res = in_loop_eval(engine, pool, tok, sets, cfg, step, rank, world, gather, reply)
     if master:
         print(f"[eval] step {step}: "
               + "  ".join(f"{k} {100 * v:.1f}%" for k, v in res.items() if k != "counts"))
         log.write(json.dumps({"step": step, "eval": res}) + "\n")
         log.flush()
+
+
+def scheduler_view(tasks, task_hints):
+    """What the scheduler sees of the step's tasks: id, L (None: no hint) and the hint's actions. A hint found
+    or shortened since (hints.observe) first moves its task's cluster to its new length."""
+    view = [{"id": t["id"], "L": hint_len(h), "actions": h.actions if h else []}
+            for t, h in zip(tasks, task_hints)]
+    for v in view:
+        if v["L"] is not None and known_L.get(v["id"]) != v["L"]:
+            known_L[v["id"]] = v["L"]
+            sched.set_length(v["id"], v["L"])
+    return view
 
 
 # -------------------------------------------------------------- the loop
@@ -273,132 +282,72 @@ for step in bar:
     lr = lr_at(step, cfg.lr, cfg.steps, cfg.warmup_frac, cfg.lr_schedule)
     for g in opt.param_groups:
         g["lr"] = lr
-    # 1. depths for the global batch (identical on every rank), then this rank's shard
-    idx = batch_indices(step, cfg.batch_tasks, len(train_tasks), cfg.seed)  # same order on resume
-    tasks = [train_tasks[i] for i in idx]
-    mine = list(range(rank, len(tasks), world))
-    prober = Prober(engine, pool, tok, [tasks[i] for i in mine], cfg, cfg.seed + 97 * step + rank, hints)
-
-    def probe(pairs):  # each rank runs the probes of its own tasks; counts are shared so every rank agrees
-        local = [(mine.index(i), n) for i, n in pairs if i in mine]
-        got = dict(zip([(mine[j], n) for j, n in local], prober(local)))
-        for part in gather(got):
-            got.update(part)
-        return [got[p] for p in pairs]
-    t_sched = time.time()
-    sched_tasks = [sched_task(t) for t in tasks]
-    plan = sched.depths(sched_tasks, step, probe)
-    # no task leaves the policy a step: re-draw (a deterministic schedule cannot, so bounded)
-    for _ in range(10):
-        if cfg.mode != "grpo" or any(n < cfg.max_steps for n in plan["n"]):
+    # 1. the batch (identical on every rank, the same on resume), one hint per task, a depth per task
+    tasks = [train_tasks[i] for i in batch_indices(step, cfg.batch_tasks, len(train_tasks), cfg.seed)]
+    task_hints = [hints.hint(t) for t in tasks]  # asked once per task per step
+    view = scheduler_view(tasks, task_hints)  # [{"id", "L" (None: no hint), "actions"}]
+    mine = list(range(rank, len(tasks), world))  # this rank's shard of the batch
+    my_tasks, my_hints = [tasks[i] for i in mine], [task_hints[i] for i in mine]
+    t_sched, probe = time.time(), player.prober(step, my_tasks, my_hints, mine)  # None unless the rule probes
+    plan = sched.depths(view, step, probe)
+    for _ in range(10):  # no task may leave the policy no step: re-draw (bounded: a schedule may be fixed)
+        if not player.plays or any(n < cfg.max_steps for n in plan["n"]):
             break
         redraws += 1
-        plan = sched.depths(sched_tasks, step, probe)
-    t_probe = prober.stats.get("t_total", 0.0)  # probe schedulers play their groups here, not in step 2
+        plan = sched.depths(view, step, probe)
+    t_probe = player.stats.get("t_total", 0.0)  # probe rules play their groups in step 1
     t_sched = time.time() - t_sched - t_probe
-    # 2. rollouts of this rank's shard (probe groups already played are reused, not replayed)
+    # 2. rollouts of this rank's shard: R per task after the first n actions of its hint
     t1 = time.time()
-    if cfg.mode in ("sft_full", "sft_prefix"):  # SFT baselines: expert rows only, no policy play
-        depths = [sched_tasks[i]["L"] or 0 if cfg.mode == "sft_full" else plan["n"][i] for i in mine]
-        out = rollout(engine, pool, tok, [group(hints, tasks[i], n, 1) for i, n in zip(mine, depths)],
-                      dataclasses.replace(cfg, max_steps=0), cfg.seed + step)
-        out["episodes"] = []
-    else:  # groups already played as the chosen probe are reused; the rest are played now, in one batch
-        groups = [prober.take(j, plan["n"][i]) for j, i in enumerate(mine)]
-        todo = [j for j, g in enumerate(groups) if g is None]
-        fresh = rollout(engine, pool, tok, [group(hints, tasks[mine[j]], plan["n"][mine[j]], cfg.group_size)
-                                            for j in todo], cfg, cfg.seed * 1_000_003 + step * 1009 + rank)
-        for j, g in zip(todo, split_groups(fresh, len(todo))):
-            groups[j] = g
-        out = merge(groups)
-        out["stats"] = fresh["stats"]
+    out = player.play(step, my_tasks, my_hints, [plan["n"][i] for i in mine])
     t_roll = time.time() - t1
     # 3. success rates of the whole batch, from every rank -> the same scheduler update everywhere; a task
-    # that had no hint says nothing about its depth. The hint sources learn from every rank's episodes, in
-    # rank order.
-    flags_local = group_successes(out, len(mine)) if out["episodes"] else [[] for _ in mine]
-    flags = [None] * len(tasks)
-    for r_mine, r_flags in gather((mine, flags_local)):
-        for i, f in zip(r_mine, r_flags):
-            flags[i] = f
-    p_hat = [float("nan")] * len(tasks)
-    if cfg.mode not in ("sft_full", "sft_prefix"):
-        p_hat = [sum(f) / len(f) if f else None for f in flags]  # None: every episode errored
-        hinted = [i for i, t in enumerate(sched_tasks) if t["L"]]
-        if hinted:
-            sched.update([tasks[i]["id"] for i in hinted], [p_hat[i] for i in hinted],
-                         [flags[i] for i in hinted])
-        played = [e for part in gather([{k: e[k] for k in ("task_id", "won", "error", "played")}
-                                        for e in out["episodes"]]) for e in part]
-        for task_id in hints.observe(played):  # a new or shorter hint: its length may move the task's cluster
-            sched.set_length(task_id, hint_len({"id": task_id}))
+    # without a hint says nothing about its depth. The hint source learns from every rank's episodes.
+    flags = in_batch_order(gather((mine, group_successes(out, len(mine)))), len(tasks))  # 0/1 per episode
+    p_hat = [sum(f) / len(f) if f else None for f in flags] if player.plays else [float("nan")] * len(tasks)
+    if hinted := [i for i, v in enumerate(view) if v["L"] and player.plays]:
+        sched.update([tasks[i]["id"] for i in hinted], [p_hat[i] for i in hinted], [flags[i] for i in hinted])
+    hints.observe([e for part in gather([{k: e[k] for k in ("task_id", "won", "error", "played")}
+                                         for e in out["episodes"]]) for e in part])  # its next hints may move
     # 4. GRPO advantages within each group, then the loss and the update (error episodes train on nothing)
     t2 = time.time()
     err = {e["eid"] for e in out["episodes"] if e["error"]}
     rows = [r for r in out["rows"] if r["eid"] not in err]
-    n_zero, n_groups = row_advantages(rows, out["episodes"], cfg.adv_level) if out["episodes"] else (0, 0)
+    n_zero, n_groups = row_advantages(rows, out["episodes"], reply.adv_level) if out["episodes"] else (0, 0)
     model.train()
     engine.sleep_mode(True)  # --vllm_sleep (GPU): free the engine's memory during the update
     parts = learn.batch(rows, out["aux"])  # the batch's optimizer steps (several with --ppo_mini_batch)
-    if not math.isfinite(parts["grad_norm"]):  # a non-finite loss or gradient: that step was skipped
-        bad += 1
-        if master:
-            print(f"[warn] step {step}: non-finite loss or gradient, update skipped ({bad} in a row)")
-        if bad >= cfg.max_bad_steps:
-            save_checkpoint(step, "non-finite loss")
-            sys.exit(f"error: {bad} non-finite losses in a row at step {step}; stopped (checkpoint written)")
-    else:
-        bad = 0
+    bad = 0 if math.isfinite(parts["grad_norm"]) else bad + 1  # non-finite: that step was skipped
+    if bad >= max(cfg.max_bad_steps, 1):
+        save_checkpoint(step, "non-finite loss")
+        sys.exit(f"error: {bad} non-finite losses in a row at step {step}; stopped (checkpoint written)")
     model.eval()
     t_train = time.time() - t2
-    # 5. weight sync into the rollout engine
+    # 5. weight sync into the rollout engine, checked on one row; every rank must hold the same state
     t3 = time.time()
     engine.sleep_mode(False)
     weight_sum = sync_engine()
     t_sync = time.time() - t3
     sync_err = sync_check(engine, model, (rows or out["aux"] or [learn.DUMMY])[0], tok.pad_token_id,
                           device, cfg, step, prec)
-    # cross-rank consistency: every rank must hold the same weights and run state
-    consist = gather((weight_sum,
-                      json.dumps({k: v.state_dict() for k, v in run_state.items()}, sort_keys=True)))
-    # 6. log (rank 0): one dense line + JSONL
-    stats, probe_stats = gather(out["stats"]), gather(prober.stats)
-    n_eps, n_err = sum(gather(len(out["episodes"]))), sum(gather(len(err)))
-    zero = gather((n_zero, n_groups))
-    if master:
-        p_kept = [p for p in p_hat if p is not None and p == p]
-        total = lambda key, parts_: sum(x.get(key, 0) for x in parts_)  # noqa: E731
-        rec = {"step": step, "lr": lr, "success": float(np.mean(p_kept)) if p_kept else None,
-               "in_band": float(np.mean([0.4 <= p <= 0.6 for p in p_kept])) if p_kept else None,
-               "all0": float(np.mean([p == 0 for p in p_kept])) if p_kept else None,
-               "all1": float(np.mean([p == 1 for p in p_kept])) if p_kept else None,
-               "zero_adv_groups": sum(z for z, _ in zero), "groups": sum(g for _, g in zero),
-               **parts, "stepped": parts["update_rel"] > 0, "error_episodes": n_err,
-               "mean_n": float(np.mean(plan["n"])), "mean_r": float(np.mean(plan["r"])),
-               "hinted": sum(t["L"] is not None for t in sched_tasks),  # tasks of the batch with a hint
-               # the scheduler's stats() whole: a new statistic is logged without a line here
-               **sched.stats(),
-               "rollouts": n_eps, "probe_rollouts": plan["probe_rollouts"],  # trained on (|B| R) / extra
-               "rollouts_played": total("rollouts", stats) + total("rollouts", probe_stats),
-               "tokens": total("gen_tokens", stats) + total("gen_tokens", probe_stats),
-               "invalid": total("invalid", stats), "truncated": total("truncated", stats),
-               "truncated_share": total("truncated", stats) / max(total("prompts", stats), 1),
-               "env_errors": total("errors", stats), "redraws": redraws, "sync_err": sync_err,
-               "rank_param_spread": max(c[0] for c in consist) - min(c[0] for c in consist),
-               "state_same_on_ranks": len({c[1] for c in consist}) == 1,
-               "t_rollout": t_roll, "t_gen": stats[0].get("t_gen", 0.0), "t_env": stats[0].get("t_env", 0.0),
-               "t_probe": t_probe, "t_train": t_train, "t_sync": t_sync, "t_sched": t_sched,
-               "t_step": time.time() - t0,
-               "mem_peak_gb": torch.cuda.max_memory_allocated() / 2**30 if use_cuda else None}
+    consist = gather((weight_sum, json.dumps({k: v.state_dict() for k, v in run_state.items()},
+                                             sort_keys=True)))
+    # 6. log: one dense line (rank 0) + JSONL
+    mem_peak_gb = torch.cuda.max_memory_allocated() / 2**30 if use_cuda else None
+    times = {"t_rollout": t_roll, "t_probe": t_probe, "t_train": t_train, "t_sync": t_sync,
+             "t_sched": t_sched, "mem_peak_gb": mem_peak_gb}
+    rec = step_record(step, lr, p_hat, gather((n_zero, n_groups)), parts, plan, sched.stats(),
+                      sum(v["L"] is not None for v in view), redraws, sync_err, consist, times, t0,
+                      gather((out["stats"], player.stats, len(out["episodes"]), len(err))))
+    if master:  # the warning of a skipped (non-finite) update rides on the step line
         log.write(json.dumps(rec, default=lambda o: o.item() if hasattr(o, "item") else str(o)) + "\n")
         log.flush()
+        bar.write(step_line(rec) + f" | [warn] non-finite loss, update skipped ({bad} in a row)" * (bad > 0))
         if wandb_run:
             wandb_run.log(rec, step=step)
-        bar.write(step_line(rec))
-    # 7. evaluation and checkpoints
+    # 7. evaluation and checkpoints; a signal to any rank stops every rank after the same step
     if step + 1 < cfg.steps:
         run_eval(step + 1)
-    # a signal to any rank stops every rank after the same step
     stopped = all_max(int(stop_requested), ddp) > 0
     if stopped or (cfg.ckpt_every and (step + 1) % cfg.ckpt_every == 0) or step + 1 == cfg.steps:
         save_checkpoint(step + 1, "signal" if stopped else "periodic")

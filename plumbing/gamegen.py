@@ -1,5 +1,6 @@
-"""ALFWorld's offline game generator: games in the official layout, from alfworld's own generator pieces, and
-the built-in set shipped in data/alfworld_builtin.tar.gz (tasks.py loads it, envs.py plays it).
+"""ALFWorld's games: the offline generator (games in the official layout, from alfworld's own generator
+pieces), the built-in set shipped in data/alfworld_builtin.tar.gz, and the loader of a split (`load_tasks`:
+the built-in set or the official games in $ALFWORLD_DATA/json_2.1.1), which envs.py's ALFWorld entry serves.
 
     python envs.py make-games --split train --n 200 --seed 0 --out DIR # ALFWorld-format games, offline
     python envs.py make-builtin                                         # rebuild data/alfworld_builtin.tar.gz
@@ -14,6 +15,7 @@ wheel; valid_unseen uses ALFRED's held-out scenes.
 import argparse
 import collections
 import functools
+import glob
 import importlib.machinery
 import importlib.util
 import json
@@ -27,8 +29,11 @@ import tarfile
 import tempfile
 import time
 
-from plumbing.tasks import BUILTIN, BUILTIN_TAR, TASK_TYPES, length_table
-
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
+BUILTIN_TAR = os.path.join(HERE, "data", "alfworld_builtin.tar.gz")
+BUILTIN = dict(train=240, valid_seen=48, valid_unseen=48)  # games per split in the built-in set
+TASK_TYPES = ["pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
+              "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place"]
 INVALID_OBS = "Nothing happens."  # the engine's answer to an action it cannot take
 
 
@@ -372,3 +377,91 @@ def make_builtin(seed=0):
                 tf.addfile(info, open(p, "rb"))
     shutil.rmtree(tmp)
     print(f"wrote {BUILTIN_TAR} ({os.path.getsize(BUILTIN_TAR) / 1e6:.1f} MB) in {time.time() - t0:.0f}s")
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading a split: the built-in set (the shipped tarball, extracted to the cache once) or the official games.
+# ---------------------------------------------------------------------------------------------
+def default_cache():
+    """$AGENT_G2_CACHE or ~/.cache/agent_g2 (created): where the built-in games are extracted when the run
+    names no --cache_dir (config.cache_dir gives the same directory)."""
+    d = os.environ.get("AGENT_G2_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "agent_g2")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def official_root():
+    """$ALFWORLD_DATA/json_2.1.1, the official games (alfworld-download), or a
+    one-paragraph FileNotFoundError."""
+    data = os.environ.get("ALFWORLD_DATA", "")
+    root = os.path.join(data, "json_2.1.1")
+    if not data or not os.path.isdir(root):
+        raise FileNotFoundError(
+            "official ALFWorld data not found at $ALFWORLD_DATA/json_2.1.1 "
+            f"({root if data else 'ALFWORLD_DATA is unset'}). "
+            "Either download it on a machine with internet (`pip install alfworld && alfworld-download`, "
+            "then export ALFWORLD_DATA=<that dir>), or use the built-in generated games (--games builtin).")
+    return root
+
+
+def builtin_root(cache):
+    root = os.path.join(cache, "alfworld_builtin")
+    manifest = os.path.join(root, "manifest.json")
+    with tarfile.open(BUILTIN_TAR) as tf:
+        want = json.load(tf.extractfile("manifest.json"))
+        if os.path.exists(manifest) and json.load(open(manifest)) == want:
+            return root
+        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=cache)
+        tf.extractall(tmp, filter="data") if sys.version_info >= (3, 12) else tf.extractall(tmp)
+    shutil.rmtree(root, ignore_errors=True)
+    os.replace(tmp, root)
+    return root
+
+
+def load_tasks(split, games="builtin", cache=None, task_types=None, verbose=False, keep_unhinted=False):
+    """Sorted, deterministic list of tasks: {id, gamefile, task_type, walkthrough, L}. Skips unsolvable,
+    'movable' and 'Sliced' games, as alfworld does. A solvable game without a walkthrough is kept with
+    walkthrough [] and L 0 when keep_unhinted (a self hint source can hint it later), else refused."""
+    root = builtin_root(cache or default_cache()) if games == "builtin" else official_root()
+    split_dir = os.path.join(root, split)
+    if not os.path.isdir(split_dir):
+        raise FileNotFoundError(f"no split '{split}' under {root} (have: {sorted(os.listdir(root))})")
+    tasks, unhinted = [], []
+    for gf in sorted(glob.glob(os.path.join(split_dir, "**", "game.tw-pddl"), recursive=True)):
+        d = os.path.dirname(gf)
+        if "movable" in d or "Sliced" in d:
+            continue
+        g = json.load(open(gf))
+        if not g.get("solvable"):
+            continue
+        tt = json.load(open(os.path.join(d, "traj_data.json")))["task_type"]
+        if task_types and tt not in task_types:
+            continue
+        walk = g.get("walkthrough") or []
+        if not walk:
+            unhinted.append(os.path.relpath(d, root))
+        tasks.append({"id": os.path.relpath(d, root), "gamefile": gf, "task_type": tt,
+                      "walkthrough": walk, "L": len(walk)})
+    if unhinted and not keep_unhinted:
+        raise ValueError(f"{games} {split}: {len(unhinted)} games without a walkthrough "
+                         f"(e.g. {unhinted[0]}); the expert hint source has nothing to replay for them. "
+                         "Use --hint_source self or mixed to keep them (hinted by the policy's own wins), "
+                         "or remove them.")
+    if verbose:
+        print(f"[envs] {games} {split}: {len(tasks)} games from {split_dir}")
+    return tasks
+
+
+def length_table(tasks):
+    """Expert-length distribution per task type (min / mean / max, n) over the tasks with a walkthrough;
+    ALFWorld's task types first, then any other environment's, sorted."""
+    tasks = [t for t in tasks if t["L"]]
+    by = collections.defaultdict(list)
+    for t in tasks:
+        by[t["task_type"]].append(t["L"])
+    rows = [f"{'task type':32s} {'n':>4s} {'min':>4s} {'mean':>5s} {'max':>4s}"]
+    for tt in [t for t in TASK_TYPES if t in by] + sorted(set(by) - set(TASK_TYPES)) + ["all"]:
+        L = [t["L"] for t in tasks] if tt == "all" else by[tt]
+        if L:
+            rows.append(f"{tt:32s} {len(L):4d} {min(L):4d} {sum(L) / len(L):5.1f} {max(L):4d}")
+    return "\n".join(rows)

@@ -18,19 +18,56 @@ from config import METHODS
 
 
 def step_line(rec):
-    """train.py's one dense line per step, from its log record."""
+    """train.py's one dense line per step, from its log record. The update's stats beyond the fixed ones (a
+    loss term's own, named in rec["term_stats"]) follow the update size as `name value`."""
     cl = " ".join(f"k{k}:{m:.2f}/{sg:.2f}/{a:.2f}/{v:.3f}" for k, (m, sg, a, v)
                   in enumerate(zip(rec["mu_k"], rec["sigma_k"], rec["A"], rec["V"])))
     fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+    more = "".join(f" {k} {rec[k]:.4g}" for k in rec.get("term_stats", []))
     return (f"step {rec['step']:4d} | succ {fmt(rec['success'])} band {fmt(rec['in_band'])} "
             f"0s {fmt(rec['all0'])} 1s {fmt(rec['all1'])} | "
             f"pg {rec.get('pg', 0):+.4f} aux {rec.get('aux', 0):.3f} "
-            f"kl {rec.get('kl', 0):.4f} clip {rec['clipfrac']:.3f} upd {rec['update_rel']:.1e} | "
+            f"kl {rec.get('kl', 0):.4f} clip {rec['clipfrac']:.3f} upd {rec['update_rel']:.1e}{more} | "
             f"mu_g {rec['mu_global']:.2f} {cl} | n {rec['mean_n']:.1f} | "
             f"roll {rec['rollouts']}+{rec['probe_rollouts']} tok {rec['tokens']} "
             f"trunc {rec['truncated_share']:.0%} | "
             f"t probe {rec['t_probe']:.1f} roll {rec['t_rollout']:.1f} train {rec['t_train']:.1f} "
             f"sync {rec['t_sync']:.2f}s")
+
+
+def step_record(step, lr, p_hat, zero, parts, plan, sched, hinted, redraws, sync_err, consist, times, t0,
+                outs):
+    """train.py's log record of a step (one per step in log.jsonl, and the step line's source). Every rank
+    computes it from the same gathered lists. p_hat: the batch's task success rates (None: every episode
+    errored; NaN: no play); zero: [(zero-advantage groups, groups)] per rank; parts: the update's terms;
+    plan: the scheduler's; sched: its stats(); hinted: tasks of the batch with a hint; outs: per rank
+    (rollout stats, probe stats, episodes, error episodes); consist: per rank (weight sum, run-state JSON);
+    times: t_* seconds; t0: the step's start (time.time())."""
+    import time
+    p_kept = [p for p in p_hat if p is not None and p == p]
+    mean = lambda xs: float(np.mean(xs)) if p_kept else None  # noqa: E731
+    stats, probe_stats = [o[0] for o in outs], [o[1] for o in outs]
+    total = lambda key, parts_: sum(x.get(key, 0) for x in parts_)  # noqa: E731
+    return {"step": step, "lr": lr, "success": mean(p_kept),
+            "in_band": mean([0.4 <= p <= 0.6 for p in p_kept]),
+            "all0": mean([p == 0 for p in p_kept]), "all1": mean([p == 1 for p in p_kept]),
+            "zero_adv_groups": sum(z for z, _ in zero), "groups": sum(g for _, g in zero),
+            **parts, "stepped": parts["update_rel"] > 0, "error_episodes": sum(o[3] for o in outs),
+            "mean_n": float(np.mean(plan["n"])), "mean_r": float(np.mean(plan["r"])), "hinted": hinted,
+            **sched,  # the scheduler's stats() whole: a new statistic is logged without a line here
+            "rollouts": sum(o[2] for o in outs),  # trained on (|B| R); the probes' extra rollouts:
+            "probe_rollouts": plan["probe_rollouts"],
+            "rollouts_played": total("rollouts", stats) + total("rollouts", probe_stats),
+            "tokens": total("gen_tokens", stats) + total("gen_tokens", probe_stats),
+            "invalid": total("invalid", stats), "truncated": total("truncated", stats),
+            "truncated_share": total("truncated", stats) / max(total("prompts", stats), 1),
+            "env_errors": total("errors", stats), "redraws": redraws, "sync_err": sync_err,
+            "rank_param_spread": max(c[0] for c in consist) - min(c[0] for c in consist),
+            "state_same_on_ranks": len({c[1] for c in consist}) == 1,
+            "t_rollout": times["t_rollout"], "t_gen": stats[0].get("t_gen", 0.0),
+            "t_env": stats[0].get("t_env", 0.0),
+            **{k: times[k] for k in ("t_probe", "t_train", "t_sync", "t_sched")}, "t_step": time.time() - t0,
+            "mem_peak_gb": times.get("mem_peak_gb")}
 
 
 def read_log(run):

@@ -1,6 +1,8 @@
 """WebShop behind the episode interface of envs.py (reset(goal index, prefix) -> episode; step(ep, action) ->
 valid), over two backends, plus what feeds them: the lite site and its catalogue generator, the scripted
-expert and the goal splits (tasks.py loads a split's goals; webshop_doctor.py checks an official install).
+expert, the goal splits and their tasks (load_webshop_tasks); webshop_doctor.py checks an official install.
+`WebShopEnv` is also WebShop's entry in envs.ENVS (`--env webshop`): its worker spec, tasks, split names,
+`envs.py stats` listing and the prompt's wording of the agent.
 
     python envs.py webshop-doctor                       # what an official WebShop setup ($WEBSHOP_PATH) lacks
     python envs.py stats --games webshop-lite           # lite's splits and the scripted expert's success
@@ -15,6 +17,8 @@ are indexed into one fixed goal list and split by the paper's scheme (test 0-499
 """
 import collections
 import functools
+import hashlib
+import json
 import os
 import random
 import re
@@ -282,7 +286,32 @@ class WebShopEnv:
     """reset(goal index, prefix) / step(ep, action), the AlfEnv interface. spec: {"backend":
     "lite"|"official", "seed", "products", "path", "max_steps"}. Lite keeps the page state in the episode
     dict; official keeps it in its WebAgentTextEnv (one per concurrent episode, all sharing one SimServer:
-    catalogue and index load once)."""
+    catalogue and index load once). The class is WebShop's entry in envs.ENVS (envs.Env has the interface)."""
+    wording = ("a shopping agent in a web store", "For search[<query>], write the query yourself.")
+    env_spec = staticmethod(webshop_spec)
+
+    @classmethod
+    def make_env(cls, spec):
+        return cls(spec)
+
+    @staticmethod
+    def split_names(cfg):  # ALFWorld's valid_* names mean eval (load_webshop_tasks)
+        return sorted(WEBSHOP_SPLITS) + ["valid_seen", "valid_unseen"]
+
+    @staticmethod
+    def tasks(cfg, split, verbose=False):
+        return load_webshop_tasks(split, webshop_spec(cfg), cfg.cache_dir or None, cfg.expert_data, verbose)
+
+    @classmethod
+    def stats(cls, games=None):
+        """-> [(line, tasks)] per split of webshop-lite: every goal through the scripted expert."""
+        env = cls({"env": "webshop", "backend": "lite", "seed": 0, "products": 1000, "max_steps": 99})
+        for split, (lo, hi) in WEBSHOP_SPLITS.items():
+            idx = range(lo, min(hi or len(env.goals), len(env.goals)))
+            res = [scripted_expert(env, i) for i in idx]
+            yield (f"[envs] webshop-lite {split}: {len(idx)} goals, scripted expert reward 1 on "
+                   f"{sum(s == 1.0 for _, s in res)}",
+                   [{"task_type": env.goals[i]["category"], "L": len(w)} for i, (w, _) in zip(idx, res)])
 
     def __init__(self, spec):
         self.spec, self.gamefile = spec, None
@@ -469,6 +498,75 @@ def webshop_split_indices(goals, name, scheme="paper"):
             if len(idx) == 500:
                 break
     return idx
+
+
+def load_webshop_tasks(split, spec, cache=None, expert_data="", verbose=False, only=None):
+    """Tasks of a WebShop split (webshop_split_indices under spec['split'], paper by default: the goal-index
+    ranges of WEBSHOP_SPLITS; ALFWorld's valid_* names mean 'eval').
+    gamefile = the goal index. Evaluation splits keep every goal of their range (hint-free evaluation needs no
+    walkthrough). The train split keeps the goals with a hint: the authors' expert entry of the goal's target
+    key (expert_data, hints.py; with its thinks), else a reward-1 walkthrough of the scripted expert (for the
+    official backend cached under `cache`, failures included, keyed by the goal list, since playing ~10k goals
+    takes a while). only: a subset of goal indices to keep (a seeded sample, e.g. the contract test on a real
+    install)."""
+    name = {"valid_seen": "eval", "valid_unseen": "eval"}.get(split, split)
+    if name not in WEBSHOP_SPLITS:
+        raise ValueError(f"WebShop split {split!r}: expected one of {sorted(WEBSHOP_SPLITS)}")
+    env = WebShopEnv({**spec, "max_steps": 10**6})  # the expert is not bound by the episode step limit
+    idx = webshop_split_indices(env.goals, name, spec.get("split", "paper"))
+    lo, hi = WEBSHOP_SPLITS[name]
+    if only is not None:
+        keep = set(only)
+        idx = [i for i in idx if i in keep]
+    if not idx:
+        raise ValueError(f"WebShop {spec['backend']}: {len(env.goals)} goals, "
+                         f"none in split {name} {lo}..{hi}")
+    walks, path = {}, None
+    if spec["backend"] == "official" and name == "train":
+        goals_json = json.dumps([(g["asin"], g["instruction_text"]) for g in env.goals])
+        key = hashlib.sha1(goals_json.encode()).hexdigest()
+        if cache is None:
+            from plumbing.gamegen import default_cache
+            cache = default_cache()
+        path = os.path.join(cache, f"webshop_official_experts_{key[:12]}.json")
+        walks = {**({int(k): v for k, v in json.load(open(path)).items()} if os.path.exists(path) else {}),
+                 **walks}
+    experts = {}
+    # the goals an entry matches keep it; the others get the scripted expert
+    if expert_data and name == "train":
+        from plumbing.expert_data import attach_expert_data, read_expert_file
+        matched, note = attach_expert_data([{"gamefile": i, "walkthrough": None} for i in idx],
+                                           read_expert_file(expert_data), "webshop",
+                                           key_of=lambda t: goal_target_key(env.goals[t["gamefile"]]))
+        experts = {t["gamefile"]: t for t in matched if t["walkthrough"] is not None}
+        if verbose:
+            print(note)
+    tasks = []
+    for i in idx:
+        if i in experts:
+            tasks.append({"id": f"webshop-{spec['backend']}/{i}", "gamefile": i,
+                          "task_type": env.goals[i].get("category", "webshop"),
+                          "walkthrough": experts[i]["walkthrough"],
+                          "thinks": experts[i]["thinks"], "L": experts[i]["L"]})
+            continue
+        if name == "train" and i not in walks:
+            try:
+                walk, score = scripted_expert(env, i)
+            except RuntimeError:  # the target never showed up in the results
+                walk, score = None, 0.0
+            walks[i] = walk if score == 1.0 else None
+        walk = walks.get(i) or []
+        if name == "train" and not walk:
+            continue  # no reward-1 demonstration: no hints to give
+        g = env.goals[i]
+        tasks.append({"id": f"webshop-{spec['backend']}/{i}", "gamefile": i,
+                      "task_type": g.get("category", "webshop"), "walkthrough": walk, "L": len(walk)})
+    if path:  # atomic: every rank writes the same content
+        json.dump(walks, open(path + f".{os.getpid()}", "w"))
+        os.replace(path + f".{os.getpid()}", path)
+    if verbose:
+        print(f"[envs] webshop-{spec['backend']} {name}: {len(tasks)} goals (indices {idx[0]}..{idx[-1]})")
+    return tasks
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,5 +1,11 @@
-"""ALFWorld on the real engine: built-in games replay and win, prefix replay, generator determinism, the pool's
-failure handling, and the official-data loader."""
+"""ALFWorld on the real engine: built-in games replay and win, prefix replay, generator determinism, the
+pool's failure handling, and the official-data loader; the environment registry (envs.ENVS, --env
+module:Class), the episode interface every environment keeps (check_episode_interface, reused by
+tests/test_toy_env.py), the prompt's wording from the registry, and the warning for empty length clusters.
+
+    python -m pytest -q tests/test_envs.py -m "not slow"
+"""
+import dataclasses
 import filecmp
 import json
 import os
@@ -7,11 +13,9 @@ import shutil
 
 import pytest
 
-from config import official_root
 from envs import AlfEnv, EnvPool, room_text, task_text
-from plumbing.tasks import batch_indices
-from plumbing.gamegen import make_games
-from plumbing.tasks import load_tasks
+from plumbing.gamegen import make_games, official_root
+from plumbing.tasks import batch_indices, load_tasks
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +37,8 @@ def test_every_builtin_walkthrough_wins_with_admissible_commands(pool):
     bad = []
     for i in range(0, len(tasks), 24):
         chunk = tasks[i:i + 24]
-        res = pool.run([("reset", 10_000 + i + j, t["gamefile"], t["walkthrough"]) for j, t in enumerate(chunk)])
+        res = pool.run([("reset", 10_000 + i + j, t["gamefile"], t["walkthrough"])
+                        for j, t in enumerate(chunk)])
         bad += [(t["id"], r.get("error")) for t, r in zip(chunk, res) if not (r["ok"] and r["won"])]
         pool.run([("close", 10_000 + i + j) for j in range(len(chunk))])
     assert bad == []
@@ -48,7 +53,8 @@ def test_prefix_reset_equals_manual_steps():
         b = env.reset(t["gamefile"])
         for act in t["walkthrough"][:n]:
             assert env.step(b, act)
-        assert (a["obs"], a["admissible"], a["history"], a["won"]) == (b["obs"], b["admissible"], b["history"], b["won"])
+        assert (a["obs"], a["admissible"], a["history"], a["won"]) == \
+            (b["obs"], b["admissible"], b["history"], b["won"])
         assert [s[2] for s in a["prefix_steps"]] == t["walkthrough"][:n]
         assert task_text(b["history"][0][0]) and "Your task" not in room_text(b["history"][0][0])
 
@@ -72,14 +78,17 @@ print(json.dumps(out))
 
 def test_engine_caches_leave_every_observation_unchanged():
     """The parse / translation caches and the shallow text-generation contexts (envs._cache_*,
-    envs._shallow_textgen_context) patch TextWorld process-wide: a fresh process without them and one with them play
-    the same 12 episodes (expert prefix, then random actions) and must see the same text at every step."""
+    envs._shallow_textgen_context) patch TextWorld process-wide: a fresh process without them and one with
+    them play the same 12 episodes (expert prefix, then random actions) and must see the same text at every
+    step."""
     import subprocess
     import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    got = {m: subprocess.run([sys.executable, "-c", PLAY, m], cwd=root, capture_output=True, text=True, timeout=600)
+    got = {m: subprocess.run([sys.executable, "-c", PLAY, m], cwd=root, capture_output=True, text=True,
+                             timeout=600)
            for m in ("plain", "cached")}
-    assert all(p.returncode == 0 for p in got.values()), got["plain"].stderr[-2000:] + got["cached"].stderr[-2000:]
+    assert all(p.returncode == 0 for p in got.values()), \
+        got["plain"].stderr[-2000:] + got["cached"].stderr[-2000:]
     plain, cached = (json.loads(got[m].stdout) for m in ("plain", "cached"))
     assert len(plain) == 12 and sum(len(r) for r in plain) == 12 * 52
     assert plain == cached
@@ -99,9 +108,9 @@ def children(pid, zombie=False):
 
 
 def test_forked_group_plays_like_replayed_episodes():
-    """fork_prefix: a group's prefix is replayed once and the other episodes are forked children; every episode
-    must see what R separate replays see, step by step (the remaining walkthrough wins, a wrong action does not
-    leak into a sibling), and closing the group leaves no child process behind."""
+    """fork_prefix: a group's prefix is replayed once and the other episodes are forked children; every
+    episode must see what R separate replays see, step by step (the remaining walkthrough wins, a wrong action
+    does not leak into a sibling), and closing the group leaves no child process behind."""
     t = next(t for t in load_tasks("train") if t["L"] >= 5)
     n, R = 2, 4
     pools = {f: EnvPool(1, {"env": "alfworld", "fork_prefix": f}) for f in (True, False)}
@@ -169,7 +178,8 @@ def test_pool_survives_bad_input_and_replaces_killed_worker(pool):
                     ("step", 999, "look"), ("bogus", 4)])
     assert res[0]["ok"] and not res[1]["ok"] and "not admissible" in res[1]["error"]
     assert not res[2]["ok"] and not res[3]["ok"]
-    assert pool.run([("step", 1, "dance")])[0] == {**pool.run([("step", 1, "dance")])[0], "ok": True, "valid": False}
+    assert pool.run([("step", 1, "dance")])[0] == \
+        {**pool.run([("step", 1, "dance")])[0], "ok": True, "valid": False}
     # worker 1 dies mid-batch: its episode is reported failed, worker 0's episode is unaffected
     res = pool.run([("reset", 10, t["gamefile"], []), ("crash", 11)])
     assert res[0]["ok"] and not res[1]["ok"] and "worker crashed" in res[1]["error"]
@@ -216,3 +226,138 @@ def test_batch_indices_epochs_and_resume():
     assert batch_indices(0, B, N, 3) == [16, 12, 18, 8, 3, 13, 15, 10]
     assert batch_indices(2, B, N, 3) == [4, 7, 5, 19, 7, 17, 16, 2]  # straddles epochs 0 and 1
     assert batch_indices(0, B, N, 3) != batch_indices(0, B, N, 4)
+
+
+# ---- the episode interface, for any environment (envs.Env documents it)
+def check_history_pair(pair):
+    assert isinstance(pair, (tuple, list)) and len(pair) == 2 and all(isinstance(x, str) for x in pair), pair
+
+
+def check_episode_keys(ep):
+    """The episode dict's keys and types (envs.Env): obs, admissible, won, history, prefix_steps, task, room,
+    room_short, and optional score / done."""
+    assert isinstance(ep["obs"], str) and isinstance(ep["won"], bool)
+    assert isinstance(ep["admissible"], list) and all(isinstance(a, str) for a in ep["admissible"])
+    for key in ("task", "room", "room_short"):
+        assert isinstance(ep[key], str), key
+    assert ep["task"], "an episode has a task sentence"
+    for pair in ep["history"]:
+        check_history_pair(pair)
+    for step in ep["prefix_steps"]:
+        assert len(step) == 3 and isinstance(step[0], str) and isinstance(step[2], str), step
+        assert isinstance(step[1], list), step  # (WebShop's search is free text: not a listed action)
+    if "score" in ep:
+        assert isinstance(ep["score"], float) and 0.0 <= ep["score"] <= 1.0
+    if "done" in ep:
+        assert isinstance(ep["done"], bool)
+
+
+def check_episode_interface(env, game, prefix):
+    """Reset with the expert prefix, then invalid actions (each leaves the state alone: only obs changes, the
+    history records it) and one valid action: keys and types after each. Any environment's engine passes it.
+    -> the episode dict."""
+    ep = env.reset(game, list(prefix))
+    check_episode_keys(ep)
+    assert env.gamefile == game
+    assert [a for _, _, a in ep["prefix_steps"]] == list(prefix) == [a for _, a in ep["history"]]
+    assert [o for o, _, _ in ep["prefix_steps"]] == [o for o, _ in ep["history"]]
+    state = (list(ep["admissible"]), ep["won"], ep.get("score"), ep.get("done"))
+    for junk in ("", "dance on the moon", "x" * 2000, None, 7):
+        before, n = ep["obs"], len(ep["history"])
+        assert env.step(ep, junk) is False
+        check_episode_keys(ep)
+        assert (ep["admissible"], ep["won"], ep.get("score"), ep.get("done")) == state
+        recorded = junk if isinstance(junk, str) else ""
+        assert len(ep["history"]) == n + 1 and tuple(ep["history"][-1]) == (before, recorded)
+    before, n, action = ep["obs"], len(ep["history"]), ep["admissible"][0]
+    assert env.step(ep, action) is True
+    check_episode_keys(ep)
+    assert len(ep["history"]) == n + 1 and tuple(ep["history"][-1]) == (before, action)
+    assert [a for _, _, a in ep["prefix_steps"]] == list(prefix)  # the prefix record stays as it was
+    return ep
+
+
+def test_alfworld_keeps_the_episode_interface():
+    t = load_tasks("train")[0]
+    check_episode_interface(AlfEnv(), t["gamefile"], t["walkthrough"][:2])
+
+
+def test_webshop_lite_keeps_the_episode_interface():
+    from plumbing.webshop import WebShopEnv, load_webshop_tasks
+    spec = {"env": "webshop", "backend": "lite", "seed": 0, "products": 520, "max_steps": 15}
+    t = load_webshop_tasks("train", spec, only=[1600])[0]
+    ep = check_episode_interface(WebShopEnv(spec), t["gamefile"], t["walkthrough"][:2])
+    assert "score" in ep and "done" in ep
+
+
+# ---- the registry
+def test_the_registry_gives_each_environment_its_pieces():
+    from config import CHOICES, Config
+    from envs import ENVS, env_class, env_spec, make_env
+    from plumbing.tasks import tasks_for
+    from plumbing.webshop import WebShopEnv
+    assert list(CHOICES["env"]) == list(ENVS) == ["alfworld", "webshop"]  # --env's names, --help lists them
+    assert env_class("alfworld") is AlfEnv and env_class("webshop") is WebShopEnv
+    cfg, ws = Config(), dataclasses.replace(Config(), env="webshop")
+    assert env_spec(cfg) == {"env": "alfworld", "fork_prefix": True}
+    assert env_spec(ws)["env"] == "webshop" and env_spec(ws)["backend"] == "lite"
+    assert tasks_for(cfg, "valid_seen") == load_tasks("valid_seen")
+    assert [t["gamefile"] for t in tasks_for(ws, "test")] == list(range(500))
+    assert AlfEnv.split_names(cfg) == ["train", "valid_seen", "valid_unseen"]
+    assert set(WebShopEnv.split_names(ws)) == {"train", "eval", "test", "valid_seen", "valid_unseen"}
+    assert isinstance(make_env({"env": "webshop", "backend": "lite", "seed": 0, "products": 60,
+                                "max_steps": 5}), WebShopEnv)
+    assert AlfEnv.wording == ("a household robot in a text world", "")
+    assert WebShopEnv.wording == ("a shopping agent in a web store",
+                                  "For search[<query>], write the query yourself.")
+
+
+def test_unknown_environments_are_one_line_errors(tmp_path, monkeypatch):
+    from envs import env_class
+    (tmp_path / "my_half_env.py").write_text("class Half:\n    wording = ('x', '')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name, words in [("bogus", "no such environment"), ("alf world", "no such environment"),
+                        ("no_such_module_xyz:Env", "cannot import 'no_such_module_xyz'"),
+                        ("envs:NoSuchClass", "no class 'NoSuchClass'"),
+                        ("my_half_env:Half", "lacks env_spec")]:
+        with pytest.raises(ValueError, match=words) as e:
+            env_class(name)
+        assert "\n" not in str(e.value)
+
+
+def test_the_prompt_takes_its_wording_from_the_registry(tmp_path, monkeypatch):
+    """The full prompt's first line and tip come from the entry: ALFWorld's and WebShop's prompts are the ones
+    they were before the registry (byte for byte), and a class of your own words its own agent."""
+    from config import Config
+    from rollout import user_message
+    args = ("put a mug on desk.", "", [("o1", "a1")], "obs", ["go to desk 1", "look"], 1)
+    alf = user_message(*args, Config(prompt="full"))
+    assert alf == ("You are a household robot in a text world. Your task is to: put a mug on desk.\n"
+                   "You have already taken 1 step(s).\nYour most recent 1 observation(s) and action(s):\n"
+                   "[Observation 1] o1\n[Action 1] a1\nCurrent observation: obs\n"
+                   "The actions you can take now: go to desk 1, look\n"
+                   "First reason briefly inside <think> </think>, then reply with exactly one of the actions "
+                   "inside <action> </action>.")
+    ws = user_message(*args, Config(prompt="full", env="webshop"))
+    assert ws == alf.replace("a household robot in a text world", "a shopping agent in a web store") + \
+        " For search[<query>], write the query yourself."
+    (tmp_path / "worded_env.py").write_text("from envs import Env\n\n\nclass Worded(Env):\n"
+                                            "    wording = ('a test agent', 'Be brief.')\n"
+                                            "    reset = step = None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    own = user_message(*args, Config(prompt="full", env="worded_env:Worded"))
+    assert own.startswith("You are a test agent. Your task") and own.endswith("</action>. Be brief.")
+
+
+def test_cluster_warning_names_empty_quantile_clusters():
+    from plumbing.tasks import cluster_warning
+    from scheduler import make_clusters
+    lengths = [4, 5, 6, 6, 6, 6, 7]  # lengths 4-7, K = 3: both thresholds are 6, cluster 1 never holds a task
+    assert make_clusters(lengths, 3)[1] == [6.0, 6.0]
+    msg = cluster_warning(lengths, 3)
+    assert msg.startswith("warning: --K 3") and "[6.0, 6.0]" in msg and "cluster(s) 1 empty" in msg
+    assert "\n" not in msg
+    assert "cluster(s) 1, 2 empty" in cluster_warning([5] * 8, 3)  # one length: every cluster but the first
+    assert cluster_warning([4, 5, 6, 7] * 3, 3) is None  # every cluster holds tasks
+    assert cluster_warning([4, 5, 6, 6, 6, 6, 7], 1) is None and cluster_warning([], 3) is None
+    assert cluster_warning([None, 4, 5, 6], 3) is None  # tasks without a hint are not clustered

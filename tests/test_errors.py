@@ -1,5 +1,6 @@
 """A newcomer's mistakes end in one line that names the path and the fix, exit code 2, no traceback; a run
-directory that holds a run is never overwritten silently; pruning never deletes the checkpoint just written."""
+directory that holds a run is never overwritten silently; pruning never deletes the checkpoint just
+written."""
 import json
 import os
 import subprocess
@@ -40,9 +41,27 @@ def test_malformed_model_directory(script, tmp_path):
 
 
 def test_unreachable_hub_id(tmp_path):
-    rc, err = run("train.py", "--model", "nosuchorg/nosuchmodel", "--out_dir", str(tmp_path / "o"), "--steps", "1",
-                  "--eval_games", "-1", "--num_workers", "1", "--engine", "hf")
+    rc, err = run("train.py", "--model", "nosuchorg/nosuchmodel", "--out_dir", str(tmp_path / "o"), "--steps",
+                  "1", "--eval_games", "-1", "--num_workers", "1", "--engine", "hf")
     one_line(rc, err, "--model nosuchorg/nosuchmodel: not a local directory and not loadable", "download it")
+
+
+@pytest.mark.parametrize("script", [["train.py"], ["eval.py", "panel"]])
+@pytest.mark.parametrize("args, words", [
+    (["--expert_data", "/no/such/expert.json"], ["--expert_data /no/such/expert.json: no such file",
+                                                  "empty"]),
+    (["--eval_split", "valid_seen,bogus"], ["--eval_split valid_seen,bogus: no split 'bogus'",
+                                            "have: train, valid_seen, valid_unseen"]),
+    (["--env", "webshop", "--eval_split", "valid"], ["no split 'valid' in --env webshop", "eval", "test"]),
+    (["--eval_temperature", "-1"], ["--eval_temperature -1", ">= 0"]),
+    (["--env", "bogus"], ["--env 'bogus': no such environment", "alfworld", "webshop", "module:Class"]),
+    (["--env", "no_such_module_xyz:Env"], ["cannot import 'no_such_module_xyz'", "PYTHONPATH"]),
+])
+def test_bad_inputs_fail_at_start_up_in_one_line(script, args, words):
+    """A missing expert file, a split the environment does not have, a negative temperature, an environment
+    that is not registered: one line before any engine starts, never a traceback or a fall-back to
+    ALFWorld."""
+    one_line(*run(*script, *args), *words)
 
 
 def test_run_directory_is_never_overwritten_silently(tmp_path):
@@ -62,13 +81,15 @@ def test_run_directory_is_never_overwritten_silently(tmp_path):
 
 
 def test_pruning_keeps_the_checkpoint_just_written(tmp_path):
-    """An old run's ckpt_000020 and ckpt_000040 sort after the new step 1: with keep 2 the new ckpt_000001 and the
-    newest old one (ckpt_000040) stay, ckpt_000020 goes."""
+    """An old run's ckpt_000020 and ckpt_000040 sort after the new step 1: with keep 2 the new ckpt_000001 and
+    the newest old one (ckpt_000040) stay, ckpt_000020 goes."""
     from plumbing import ckpt
     for s in (20, 40):
         (tmp_path / f"ckpt_{s:06d}").mkdir()
         (tmp_path / f"ckpt_{s:06d}" / "COMPLETE").write_text("")
-    save = lambda p, **kw: (os.makedirs(p, exist_ok=True), open(os.path.join(p, "w"), "w").close())  # noqa: E731
+    def save(p, **kw):
+        os.makedirs(p, exist_ok=True)
+        open(os.path.join(p, "w"), "w").close()
     stub = types.SimpleNamespace(save_pretrained=save)
     from config import Config
     path = ckpt.save(str(tmp_path), 1, stub, stub, None, {}, {"step": 1}, Config(), keep=2)

@@ -1,5 +1,6 @@
 """grpo.py on toy tensors: the sign of the update, the trie mask, every loss aggregation, zero-variance groups,
-error episodes, clipping and the KL term. Fast (no model, no environment)."""
+error episodes, clipping and the KL term (no model, no environment); then the update (grpo.Update) and its loss
+terms (grpo.PolicyTerm, AuxTerm, variants/losses.py, README's own term) on the tiny model and a fixed batch."""
 import math
 
 import pytest
@@ -412,13 +413,15 @@ def test_k3_kl_is_clamped_like_verls_low_var_kl(d, want, moves):
     assert (lp.grad.abs().item() > 0) == moves  # beyond a clamp the KL term pulls no more
 
 
-def test_entropy_from_one_log_softmax_has_the_gradient_of_the_plain_formula():
-    """token_logprobs_entropy's entropy (its own backward: -p (log p + 1)) against H = -sum softmax * log_softmax
-    written out with autograd, on full and trie-restricted positions; and gradcheck in float64."""
-    from grpo import _EntropyOfLogp, token_logprobs_entropy
+def test_entropy_from_the_scaled_logits_has_the_gradient_of_the_plain_formula():
+    """token_logprobs_entropy's entropy (its own backward from the logits: -p (log p + H)) against H = -sum softmax
+    * log_softmax written out with autograd, on full and trie-restricted positions; gradcheck in float64; and its
+    log-probs are token_logprobs' bit for bit (pi_old is scored without the entropy: the ratio must be exactly 1)."""
+    from grpo import _EntropyOfLogits, token_logprobs_entropy
     torch.manual_seed(0)
     z = torch.randn(2, 3, 6, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(_EntropyOfLogp.apply, (torch.log_softmax(z, -1).detach().requires_grad_(),))
+    assert torch.autograd.gradcheck(_EntropyOfLogits.apply, (z.detach().clone().requires_grad_(),))
+    assert torch.autograd.gradcheck(_EntropyOfLogits.apply, ((z.detach() * 7).requires_grad_(),))  # peaked
     opts = torch.tensor([[[0, 2], [-1, -1], [5, -1]], [[1, 3], [4, 0], [-1, -1]]])
     t = torch.tensor([[2, 1, 5], [3, 0, 4]])
     lp, h = token_logprobs_entropy(z, t, opts, 0.7)
@@ -432,3 +435,246 @@ def test_entropy_from_one_log_softmax_has_the_gradient_of_the_plain_formula():
     g1 = torch.autograd.grad(h.sum(), z, retain_graph=True)[0]
     g2 = torch.autograd.grad(want.sum(), z)[0]
     assert torch.allclose(g1, g2, atol=1e-6)
+    for options in (None, opts):
+        lp_only = token_logprobs(z.detach().float(), t, options, 0.7)
+        assert torch.equal(token_logprobs_entropy(z.detach().float(), t, options, 0.7)[0], lp_only)
+
+
+# ---- the update on the tiny model: grpo.Update and its loss terms
+ACTS = ["go to desk 1", "take mug 1 from desk 1", "look", "inventory", "open drawer 2", "examine desk 1"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from plumbing.tiny import tiny_path
+    path = tiny_path(str(tmp_path_factory.mktemp("tiny")))
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), AutoTokenizer.from_pretrained(path)
+
+
+def fixed_batch(tok, advs=(1.5, -0.5, 0.0, -0.5, 0.7, -0.7, 0.0, 0.0), n_aux=3):
+    """Step rows of 2 groups (2 episodes of 2 rows each; every 3rd row with its trie of admissible replies), with
+    engine log-probs of -0.3 a token, and n_aux expert rows: the batch every update test below uses."""
+    enc = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
+    reply = lambda a: enc(f"<action>{a}</action>") + [tok.eos_token_id]  # noqa: E731
+    rows = []
+    for j, adv in enumerate(advs):
+        r = {"prompt_ids": enc(f"task {j}: put a mug in the sink")[:4 + j], "response_ids": reply(ACTS[j % 6]),
+             "adv": adv, "eid": j // 2, "gid": j // 4}
+        r["logprobs"] = [-0.3] * len(r["response_ids"])
+        if j % 3 == 0:
+            r["allowed"] = [reply(a) for a in ACTS]
+        rows.append(r)
+    aux = [{"prompt_ids": enc(f"expert task {j}"), "response_ids": reply(ACTS[j]), "n": 1 + j % 2, "gid": j,
+            "eid": 100 + j} for j in range(n_aux)]
+    return rows, aux
+
+
+def learner(tiny, argv, trainer=False, terms=None):
+    """(Update over a fresh copy of the tiny model with the config of argv, that copy)."""
+    import copy
+    from config import get_config
+    from grpo import Update
+    model, tok = tiny
+    cfg = get_config(["--preset", "cpu_pick2", *argv])
+    m = copy.deepcopy(model)
+    opt = torch.optim.AdamW(m.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(cfg.beta1, cfg.beta2))
+    return Update(cfg, m, m, None, opt, tok, "cpu", old_from_trainer=trainer, terms=terms), m
+
+
+def moved(m, tiny):
+    return max((p - q).abs().max().item() for p, q in zip(m.parameters(), tiny[0].parameters()))
+
+
+def test_the_update_on_a_fixed_batch_is_the_loss_written_out(tiny):
+    """cpu_pick2's update (L_GRPO with the episode aggregation + 0.5 L_aux token-mean, engine pi_old, one mini-batch)
+    on a fixed batch: every logged term equals the loss written out from response_logprobs and policy_loss on the
+    same rows, and the parameters equal one AdamW step on that written-out loss. Zero-advantage rows get no forward
+    pass but count in the means (episode tokens, clipfrac's denominator)."""
+    from grpo import agg_weights, policy_loss, response_logprobs
+    model, tok = tiny
+    rows, aux = fixed_batch(tok)
+    learn, m = learner(tiny, [])
+    out = learn.batch(rows, aux)
+    assert list(out) == ["pg", "kl", "entropy", "aux", "clipfrac", "ratio_dev", "update_rel", "grad_norm"]
+    assert out["kl"] == 0.0 and out["entropy"] == 0.0 and out["update_rel"] > 0
+    # written out on a fresh copy: 8 rows, 4 episodes (eid 0..3), rows 2, 6, 7 have advantage 0 and are skipped
+    import copy
+    ref = copy.deepcopy(model)
+    live = [r for r in rows if r["adv"] != 0.0]
+    assert len(live) == 5
+    ep_tok = {}
+    for r in rows:
+        ep_tok[r["eid"]] = ep_tok.get(r["eid"], 0) + len(r["response_ids"])
+    lp, mask = response_logprobs(ref, live, tok.pad_token_id)
+    w = agg_weights("episode", torch.tensor([len(r["response_ids"]) for r in live]),
+                    torch.tensor([ep_tok[r["eid"]] for r in live]), sum(ep_tok.values()), len(rows), 4)
+    eng = torch.tensor([[-0.3] * len(r["response_ids"]) + [0.0] * (lp.shape[1] - len(r["response_ids"]))
+                        for r in live])
+    pg, st = policy_loss(lp, eng, torch.tensor([r["adv"] for r in live]), mask, w, 0.2)
+    lp_aux, mask_aux = response_logprobs(ref, aux, tok.pad_token_id)
+    nll = -(lp_aux * mask_aux).sum() / mask_aux.sum()
+    assert out["pg"] == pytest.approx(st["pg"], rel=1e-5) and out["aux"] == pytest.approx(nll.item(), rel=1e-5)
+    assert out["clipfrac"] == st["clipped"] / sum(len(r["response_ids"]) for r in rows)  # of all 8 rows' tokens
+    assert out["ratio_dev"] == pytest.approx(st["ratio_dev"], rel=1e-5)
+    # the same step by hand: L = pg + 0.5 aux, clip at 1.0, AdamW(lr 1e-4, betas (0.9, 0.99))
+    (pg + 0.5 * nll).backward()
+    assert out["grad_norm"] == pytest.approx(torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0).item(), rel=1e-4)
+    torch.optim.AdamW(ref.parameters(), lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0).step()
+    # Adam divides each gradient by its own size: float rounding (other row order, one backward instead of two)
+    # shows in near-zero gradients, within 1 % of a step of lr = 1e-4
+    assert max((p - q).abs().max().item() for p, q in zip(m.parameters(), ref.parameters())) < 1e-6
+    assert moved(m, tiny) > 1e-5
+
+
+def test_entropy_acts_on_groups_whose_advantages_are_all_zero(tiny):
+    """Every advantage 0, no KL, no aux rows: the pg term has nothing to say, and neither has the update unless an
+    entropy term is on; with --entropy_coef 0.01 every row gets its forward pass and the parameters move."""
+    _, tok = tiny
+    for coef in ("0", "0.01"):
+        rows, _ = fixed_batch(tok, advs=(0.0,) * 8)
+        learn, m = learner(tiny, ["--entropy_coef", coef, "--kl_coef", "0"])
+        out = learn.batch(rows, [])
+        if coef == "0":  # no forward pass at all: zero gradient, no step
+            assert out["grad_norm"] == 0.0 and out["update_rel"] == 0.0 and moved(m, tiny) == 0.0
+            assert out["entropy"] == 0.0 and out["clipfrac"] == 0.0
+        else:
+            assert out["grad_norm"] > 0 and out["update_rel"] > 0 and moved(m, tiny) > 1e-5
+            assert 0 < out["entropy"] < math.log(tiny[0].config.vocab_size)  # the weighted mean entropy per token
+            assert out["pg"] == 0.0
+
+
+@pytest.mark.parametrize("coef", ["0", "0.01"])
+def test_ratio_is_exactly_one_at_step_0_with_trainer_pi_old(tiny, coef):
+    """One mini-batch, pi_old scored by the trainer: pi / pi_old is exactly 1 whether or not the entropy term asks
+    for the entropy in the loss's forward (pi_old is always scored one way, with the same log-prob formula)."""
+    _, tok = tiny
+    rows, aux = fixed_batch(tok)
+    learn, _ = learner(tiny, ["--entropy_coef", coef, "--old_logprobs", "trainer"], trainer=True)
+    out = learn.batch(rows, aux)
+    assert out["ratio_dev"] == 0.0 and out["clipfrac"] == 0.0
+    assert out["lp_diff_max"] > 0  # the engine's -0.3 a token is not the tiny model's
+
+
+def test_make_terms_picks_each_term_from_its_flag():
+    from config import get_config
+    from grpo import AuxTerm, PolicyTerm, make_terms
+    from variants.losses import TIS, Entropy, PrefixMeanAux
+    kinds = lambda argv, ref=None: [type(t) for t in make_terms(get_config(argv), ref)]  # noqa: E731
+    assert kinds(["--preset", "cpu_pick2"]) == [PolicyTerm, AuxTerm]
+    assert kinds(["--preset", "cpu_pick2", "--eta", "0"]) == [PolicyTerm]
+    assert kinds(["--preset", "cpu_pick2", "--aux_agg", "prefix-mean", "--tis_cap", "2", "--entropy_coef",
+                  "0.01"]) == [TIS, PrefixMeanAux, Entropy]
+    for mode in ("aux_only", "sft_full", "sft_prefix"):  # no pg term, the NLL alone at weight 1
+        (term,) = make_terms(get_config(["--mode", mode, "--eta", "0.5", "--entropy_coef", "0.01"]))
+        assert type(term) is AuxTerm and term.weight == 1.0
+    policy, aux = make_terms(get_config(["--preset", "cpu_pick2"]))
+    assert not policy.zero_adv and aux.weight == 0.5 and aux.rows == "aux"
+    assert make_terms(get_config(["--kl_coef", "0.01"]), ref=object())[0].zero_adv  # the KL needs every row
+    with pytest.raises(SystemExit):
+        get_config(["--loss_terms", "no_such_term"])
+
+
+def test_the_update_reads_no_loss_setting():
+    """Update's methods read the config's batching fields only: which terms run, with which weights, was decided
+    once by make_terms (and the variant terms' constructors)."""
+    import ast
+    import os
+    tree = ast.parse(open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "grpo.py")).read())
+    update = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Update")
+    read = {n.attr for n in ast.walk(update) if isinstance(n, ast.Attribute) and
+            (isinstance(n.value, ast.Name) and n.value.id == "cfg" or
+             isinstance(n.value, ast.Attribute) and n.value.attr == "cfg")}
+    assert read == {"ppo_mini_batch", "micro_batch", "grad_clip", "temperature"}, read
+    assert not [n for n in ast.walk(update) if isinstance(n, ast.Name) and n.id == "getattr"]
+
+
+def test_terms_with_the_same_stat_name_are_refused(tiny):
+    from grpo import Term
+
+    class Twice(Term):
+        stats = ("pg",)
+    with pytest.raises(ValueError, match="unique"):
+        learner(tiny, [], terms=[Twice(None), Twice(None)])
+
+
+def test_entropy_term_by_hand():
+    """variants/losses.Entropy: - coef * sum_t w H_t, logged as sum_t w H_t (uniform over 4 tokens: H = log 4)."""
+    from types import SimpleNamespace
+    from config import get_config
+    from variants.losses import Entropy
+    term = Entropy(get_config(["--entropy_coef", "0.5", "--loss_agg", "seq-mean-token-sum"]))
+    mb = SimpleNamespace(entropy=torch.full((2, 3), math.log(4)), mask=torch.tensor([[1.0, 1.0, 0.0], [1.0] * 3]),
+                         weights=lambda agg: agg_weights(agg, torch.tensor([2, 3]), torch.tensor([2, 3]), 5, 2, 2))
+    loss, stats = term(mb)
+    # seq-mean-token-sum over 2 rows: w = 1/2 per token; 5 tokens of H = log 4 -> 2.5 log 4 = 3.4657
+    assert stats["entropy"] == pytest.approx(2.5 * math.log(4))
+    assert loss.item() == pytest.approx(-0.5 * 2.5 * math.log(4))
+
+
+STEP_REC = {"step": 3, "success": 0.25, "in_band": 0.5, "all0": 0.25, "all1": None, "pg": 0.01234, "aux": 1.5,
+            "kl": 0.0, "clipfrac": 0.125, "update_rel": 0.00123, "mu_global": 0.4, "mu_k": [0.3], "sigma_k": [0.1],
+            "A": [0.5], "V": [0.25], "mean_n": 2.0, "rollouts": 8, "probe_rollouts": 0, "tokens": 512,
+            "truncated_share": 0.0, "t_probe": 0.0, "t_rollout": 1.25, "t_train": 0.5, "t_sync": 0.01}
+
+
+def test_step_line_keeps_its_look_and_appends_a_terms_own_stats():
+    from plumbing.report import step_line
+    assert step_line(STEP_REC) == (
+        "step    3 | succ 0.25 band 0.50 0s 0.25 1s - | pg +0.0123 aux 1.500 kl 0.0000 clip 0.125 upd 1.2e-03 | "
+        "mu_g 0.40 k0:0.30/0.10/0.50/0.250 | n 2.0 | roll 8+0 tok 512 trunc 0% | "
+        "t probe 0.0 roll 1.2 train 0.5 sync 0.01s")
+    line = step_line({**STEP_REC, "sil": 0.123456, "term_stats": ["sil"]})
+    assert "upd 1.2e-03 sil 0.1235 | mu_g" in line
+
+
+def readme_term(tmp_path, monkeypatch):
+    """README "Hack it": the loss-term block, written to its own file and importable as my_loss."""
+    import os
+    import re
+    readme = open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "README.md")).read()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if b.startswith("# my_loss.py"))
+    (tmp_path / "my_loss.py").write_text(block)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "my_loss:SelfImitation"
+
+
+def test_the_readme_loss_term_runs_as_one_file(tiny, tmp_path, monkeypatch):
+    """The README's term, selected with --loss_terms: built by make_terms, its stat in Update.batch's output (so in
+    log.jsonl) and on the step line, with no edit to grpo.py, train.py or report.py."""
+    import sys
+    from plumbing.report import step_line
+    name = readme_term(tmp_path, monkeypatch)
+    _, tok = tiny
+    rows, aux = fixed_batch(tok)
+    try:
+        learn, m = learner(tiny, ["--loss_terms", name])
+        out = learn.batch(rows, aux)
+        plain = learner(tiny, [])[0].batch(*fixed_batch(tok))
+    finally:
+        sys.modules.pop("my_loss", None)
+    assert out["term_stats"] == ["sil"] and 0 < out["sil"] < 50  # the NLL of the positive-advantage rows' tokens
+    assert {k: out[k] for k in ("pg", "aux", "clipfrac")} == {k: plain[k] for k in ("pg", "aux", "clipfrac")}
+    assert out["grad_norm"] != plain["grad_norm"]  # its gradient went into the step
+    assert f"sil {out['sil']:.4g} |" in step_line({**STEP_REC, **out})
+
+
+@pytest.mark.slow
+def test_the_readme_loss_term_in_a_training_run(tmp_path, monkeypatch):
+    """python train.py --loss_terms my_loss:SelfImitation for one step: its stat in log.jsonl and on the step line."""
+    import json
+    import os
+    import subprocess
+    import sys
+    name = readme_term(tmp_path, monkeypatch)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "run"
+    p = subprocess.run([sys.executable, "train.py", "--preset", "cpu", "--model", "tiny", "--steps", "1",
+                        "--batch_tasks", "2", "--group_size", "2", "--max_steps", "4", "--eval_games", "-1",
+                        "--train_panel", "0", "--num_workers", "1", "--engine", "hf", "--ckpt_every", "0",
+                        "--loss_terms", name, "--out_dir", str(out)], cwd=root, capture_output=True, text=True,
+                       env={**os.environ, "TQDM_DISABLE": "1", "PYTHONPATH": str(tmp_path)}, timeout=600)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    (rec,) = [json.loads(line) for line in open(out / "log.jsonl") if '"eval"' not in line]
+    assert rec["term_stats"] == ["sil"] and rec["sil"] == rec["sil"]  # logged, finite
+    assert f" sil {rec['sil']:.4g} |" in p.stdout + p.stderr

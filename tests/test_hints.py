@@ -1,4 +1,5 @@
-"""hints.py: the authors' expert data, read as their loader reads it, matched to games as they match them."""
+"""plumbing/expert_data.py: the authors' expert data, read as their loader reads it, matched to games as they
+match them; the hint sources (rollout.ExpertSource, variants/hints.py, README's one-file source)."""
 import dataclasses
 import json
 import os
@@ -7,7 +8,8 @@ import pytest
 
 from config import Config
 from plumbing.tasks import load_tasks
-from hints import attach_expert_data, parse_target_key, read_expert_file, trial_aliases
+from plumbing.expert_data import attach_expert_data, parse_target_key, read_expert_file, trial_aliases
+from rollout import Hint
 
 
 def trial(t):
@@ -90,14 +92,15 @@ def episode(task_id, played, won=True, error=None):
 
 
 def test_self_source_keeps_each_tasks_shortest_clean_win_and_survives_json():
-    from hints import SelfSource
+    from variants.hints import SelfSource
     source = SelfSource()
     assert source.hint({"id": "a"}) is None
     assert source.observe([episode("a", ["x", "y", "z"], won=False), episode("b", ["p"], error="crash")]) == []
     assert source.observe([episode("a", ["x", "y", "z"]), episode("b", ["p", "q"])]) == ["a", "b"]
     assert source.observe([episode("a", ["x", "y", "z", "w"]), episode("a", ["x", "z"]),
                            episode("b", ["q", "p"])]) == ["a"]  # longer and equal wins change nothing
-    assert source.hint({"id": "a"}) == (["x", "z"], []) and source.hint({"id": "b"}) == (["p", "q"], [])
+    assert source.hint({"id": "a"}) == Hint(["x", "z"], [])
+    assert source.hint({"id": "b"}) == Hint(["p", "q"], [])
     restored = SelfSource()
     restored.load_state_dict(json.loads(json.dumps(source.state_dict())))
     assert restored.best == source.best
@@ -105,36 +108,57 @@ def test_self_source_keeps_each_tasks_shortest_clean_win_and_survives_json():
 
 def test_self_and_mixed_combine_the_expert_and_the_policys_wins():
     """self: the expert's hint where there is one, else the policy's own win; mixed: the shorter of the two."""
-    from hints import ExpertSource, FirstOf, SelfSource, Shortest
+    from rollout import ExpertSource
+    from variants.hints import FirstOf, SelfSource, Shortest
     tasks = [{"id": "a", "walkthrough": ["1", "2", "3"], "thinks": ["t1", "t2", "t3"]},
              {"id": "b", "walkthrough": ["1", "2"]}]
     wins = [episode("a", ["9"]), episode("b", ["8", "7", "6"]), episode("c", ["5"])]
     self_hints, mixed = FirstOf(ExpertSource(tasks), SelfSource()), Shortest(ExpertSource(tasks), SelfSource())
     assert self_hints.hint({"id": "c"}) is None
     assert self_hints.observe(wins) == mixed.observe(wins) == ["a", "b", "c"]
-    assert self_hints.hint({"id": "a"}) == (["1", "2", "3"], ["t1", "t2", "t3"])
-    assert self_hints.hint({"id": "c"}) == (["5"], [])
-    assert mixed.hint({"id": "a"}) == (["9"], []) and mixed.hint({"id": "b"}) == (["1", "2"], [])
+    assert self_hints.hint({"id": "a"}) == Hint(["1", "2", "3"], ["t1", "t2", "t3"])
+    assert self_hints.hint({"id": "c"}) == Hint(["5"], [])
+    assert mixed.hint({"id": "a"}) == Hint(["9"], []) and mixed.hint({"id": "b"}) == Hint(["1", "2"], [])
     restored = Shortest(ExpertSource(tasks), SelfSource())
     restored.load_state_dict(json.loads(json.dumps(mixed.state_dict())))
     assert [restored.hint({"id": i}) for i in "abc"] == [mixed.hint({"id": i}) for i in "abc"]
 
 
 def test_dropped_walkthroughs_are_a_fixed_share_and_the_same_for_every_run():
-    from hints import ExpertSource, dropped_ids, group
+    """--drop_walkthroughs (variants/hints.py: --hint_source expert's variant path): a fixed, seeded share."""
+    from rollout import group, make_hints
+    from variants.hints import Dropped, dropped_ids
     tasks = [{"id": f"t{i:02d}", "walkthrough": ["go", "take"]} for i in range(40)]
     dropped = dropped_ids(tasks, 0.5)
     assert len(dropped) == 20 and dropped == dropped_ids(list(reversed(tasks)), 0.5)  # order-free
     assert set(dropped_ids(tasks, 0.25)) < set(dropped)  # one permutation: a smaller share is nested in it
     assert dropped_ids(tasks, 0.0) == [] and len(dropped_ids(tasks, 1.0)) == 40
-    source = ExpertSource(tasks, dropped)
+    source = make_hints(dataclasses.replace(Config(), drop_walkthroughs=0.5), tasks)
+    assert type(source) is Dropped
     assert [source.hint(t) is None for t in tasks] == [t["id"] in dropped for t in tasks]
     kept = next(t for t in tasks if t["id"] not in dropped)
-    assert group(source, kept, 1, 2) == {"task": kept, "n": 1, "R": 2, "prefix": ["go"], "thinks": []}
+    assert group(kept, source.hint(kept), 1, 2) == {"task": kept, "n": 1, "R": 2, "prefix": ["go"],
+                                                    "thinks": [], "text": ""}
     unhinted = next(t for t in tasks if t["id"] in dropped)
-    assert group(source, unhinted, 0, 2)["prefix"] == []
+    assert group(unhinted, source.hint(unhinted), 0, 2)["prefix"] == []
     with pytest.raises(ValueError, match="a prefix of 1 steps, but its hint has 0"):
-        group(source, unhinted, 1, 2)
+        group(unhinted, source.hint(unhinted), 1, 2)
+    for name in ("self", "mixed"):  # the policy's own wins beside the same expert hints
+        both = make_hints(dataclasses.replace(Config(), hint_source=name, drop_walkthroughs=0.5), tasks)
+        assert [both.hint(t) is None for t in tasks] == [t["id"] in dropped for t in tasks]
+
+
+def test_make_hints_builds_the_source_the_config_names():
+    """The paper's expert source in the core; self, mixed and a dropped share through config.variant."""
+    from rollout import ExpertSource, make_hints
+    from variants.hints import Dropped, MixedHints, SelfHints
+    tasks = [{"id": "a", "walkthrough": ["go", "take"], "thinks": ["g", "t"]}, {"id": "b", "walkthrough": []}]
+    for flags, cls in (({}, ExpertSource), ({"hint_source": "self"}, SelfHints),
+                       ({"hint_source": "mixed"}, MixedHints), ({"drop_walkthroughs": 0.5}, Dropped)):
+        assert type(make_hints(dataclasses.replace(Config(), **flags), tasks)) is cls, flags
+    expert = make_hints(Config(), tasks)
+    assert expert.hint(tasks[0]) == Hint(["go", "take"], ["g", "t"], "") and expert.hint(tasks[1]) is None
+    assert expert.observe([episode("b", ["go"])]) == [] and expert.state_dict() == {}
 
 
 def test_games_without_a_walkthrough_are_kept_for_a_self_source_and_refused_otherwise(tmp_path, monkeypatch):
@@ -157,29 +181,61 @@ def test_games_without_a_walkthrough_are_kept_for_a_self_source_and_refused_othe
         assert [t["L"] for t in got] == [src[0]["L"], 0, src[2]["L"]]
 
 
-def test_the_readme_hint_source_runs_as_one_file(tmp_path, monkeypatch, capsys):
+def test_the_readme_hint_source_runs_as_one_file_and_its_text_reaches_the_prompt(tmp_path, monkeypatch,
+                                                                                   capsys):
     """README "Hack it": the hint-source block, written to its own file and selected with --hint_source
-    my_hints:LatestWin, is all a new source takes; a malformed one is a one-line error at config time."""
+    my_hints:FirstStop (the class its first line names), is all a new source takes: rollout.make_hints builds
+    it through config.variant; its hint replays nothing, and its text is the line after the task in every
+    prompt of a rollout group ("Hint: first go to sinkbasin 1", as the README says), while the same task
+    without it shows no such line; it learns from wins and survives a checkpoint; a malformed one is a
+    one-line error at config time."""
     import re
     import sys
+    from transformers import AutoTokenizer
     from config import get_config
-    from hints import group, make_source
+    from envs import EnvPool
+    from plumbing.tiny import tiny_path
+    from rollout import group, make_hints, rollout
+    from test_rollout import Recorder  # the engine's test double: replies 'look' to every prompt
     readme = open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "README.md")).read()
     block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if b.startswith("# my_hints.py"))
+    name = re.match(r"# my_hints.py .*--hint_source (my_hints:\w+)", block).group(1)
     (tmp_path / "my_hints.py").write_text(block)
     (tmp_path / "bad_hints.py").write_text("class NoObserve:\n    def hint(self, task):\n        return None\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    cfg = get_config(["--hint_source", "my_hints:LatestWin", "--drop_walkthroughs", "0.5"])
-    tasks = [{"id": f"t{i}", "walkthrough": ["go", "take", "put"]} for i in range(4)]
-    source = make_source(cfg, tasks)
-    assert [source.hint(t) is None for t in tasks].count(True) == 2  # the dropped half has no hint yet
-    bare = next(t for t in tasks if source.hint(t) is None)
-    assert source.observe([episode(bare["id"], ["look", "take"])]) == [bare["id"]]
-    assert group(source, bare, 1, 2)["prefix"] == ["look"]
-    assert source.observe([episode(bare["id"], ["look", "take"])]) == []  # the same win again: no change
-    restored = make_source(cfg, tasks)
+    cfg = get_config(["--hint_source", name, "--prompt", "full", "--max_steps", "3"])
+    tasks = load_tasks("train")
+    source = make_hints(cfg, tasks)
+    assert type(source).__name__ == name.split(":")[1]
+    first_stop = {t["id"]: next(a for a in t["walkthrough"] if a.startswith("go to ")) for t in tasks}
+    t = next(t for t in tasks if first_stop[t["id"]] == "go to sinkbasin 1")
+    hint = source.hint(t)
+    assert hint == Hint([], [], "first go to sinkbasin 1")  # a text, nothing to replay
+    assert group(t, hint, 0, 2)["prefix"] == [] and group(t, hint, 0, 2)["text"] == "first go to sinkbasin 1"
+    with pytest.raises(ValueError, match="a prefix of 1 steps, but its hint has 0"):
+        group(t, hint, 1, 2)
+    (tmp_path / "tiny").mkdir()
+    tok = AutoTokenizer.from_pretrained(tiny_path(str(tmp_path / "tiny")))
+    pool = EnvPool(1)
+    try:
+        out = rollout(Recorder(tok), pool, tok, [group(t, hint, 0, 2), group(t, None, 0, 1)], cfg)
+    finally:
+        pool.close()
+    hinted = [tok.decode(r["prompt_ids"]) for r in out["rows"] if r["gid"] == 0]
+    plain = [tok.decode(r["prompt_ids"]) for r in out["rows"] if r["gid"] == 1]
+    assert len(hinted) == 2 * 3 and len(plain) == 3
+    for prompt in hinted:
+        lines = prompt.splitlines()
+        task_line = next(j for j, x in enumerate(lines) if "Your task is to:" in x)
+        assert lines[task_line + 1] == "Hint: first go to sinkbasin 1"
+    assert not any("Hint:" in p for p in plain)
+    assert hinted[0].replace("Hint: first go to sinkbasin 1\n", "") == plain[0]  # the same, less the line
+    assert source.observe([episode(t["id"], ["look"])]) == [t["id"]]  # won once: no hint any more
+    assert source.hint(t) is None
+    assert source.observe([episode(t["id"], ["look"])]) == []  # the same win again: no change
+    restored = make_hints(cfg, tasks)
     restored.load_state_dict(json.loads(json.dumps(source.state_dict())))
-    assert restored.hint(bare) == source.hint(bare) == (["look", "take"], [])
+    assert [restored.hint(x) for x in tasks[:20] + [t]] == [source.hint(x) for x in tasks[:20] + [t]]
     with pytest.raises(SystemExit):
         get_config(["--hint_source", "bad_hints:NoObserve"])
     assert "NoObserve lacks observe, state_dict, load_state_dict" in capsys.readouterr().err

@@ -8,7 +8,7 @@ import torch
 from config import Config
 from envs import EnvPool
 from plumbing.tasks import load_tasks
-from rollout import HFEngine, encode_prompt, expert_reply, parse_action, rollout, user_message
+from rollout import HFEngine, encode_prompt, expert_reply, make_reply, parse_action, rollout, user_message
 
 
 @pytest.fixture(scope="module")
@@ -27,9 +27,9 @@ def pool():
 
 
 def grp(task, n, R):
-    """A rollout group after the first n actions of the task's expert trajectory (hints.group)."""
-    from hints import ExpertSource, group
-    return group(ExpertSource([task]), task, n, R)
+    """A rollout group after the first n actions of the task's expert trajectory (rollout.group)."""
+    from rollout import ExpertSource, group
+    return group(task, ExpertSource([task]).hint(task), n, R)
 
 
 def cfg(**kw):
@@ -78,8 +78,9 @@ def test_scripted_expert_wins_and_garbage_fails(tiny, pool):
         out = rollout(ScriptedEngine(tok, t["walkthrough"]), pool, tok, [grp(t, 0, 3)], cfg())
         assert [e["won"] for e in out["episodes"]] == [True] * 3
         assert all(r["valid"] for r in out["rows"]) and len(out["rows"]) == 3 * t["L"]
-        bad = rollout(ScriptedEngine(tok, t["walkthrough"], garbage=True), pool, tok,
-                      [grp(t, 0, 2)], cfg(max_steps=6, invalid_penalty=0.1))
+        c = cfg(max_steps=6, invalid_penalty=0.1)
+        bad = rollout(ScriptedEngine(tok, t["walkthrough"], garbage=True), pool, tok, [grp(t, 0, 2)], c, 0,
+                      make_reply(c))
         assert [e["won"] for e in bad["episodes"]] == [False] * 2
         assert bad["stats"]["invalid"] == 12 and all(not r["valid"] for r in bad["rows"])
         assert [e["reward"] for e in bad["episodes"]] == pytest.approx([-0.6, -0.6])
@@ -278,7 +279,7 @@ def test_entropy_term_keeps_no_extra_vocab_sized_tensor(tiny):
     tensors only, far below a quarter of one such tensor (a second copy of the logits would add 4 b n V)."""
     from transformers import AutoModelForCausalLM
     from grpo import policy_loss
-    from update import response_logprobs
+    from grpo import response_logprobs
     path, tok = tiny
     m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     replies = ["<action>look</action>", "<think>go</think><action>go to desk 1</action>", "<action>inventory</action>"]
@@ -390,8 +391,8 @@ def test_an_over_long_prompt_drops_its_oldest_history_first(tiny):
     ("<think>no action</think>", True, True, (None, False)),
 ])
 def test_replies_read_as_the_authors_read_them(reply, lower, think, want):
-    from rollout import read_reply
-    assert read_reply(reply, True, cfg(parse_lower=lower, parse_think=think)) == want
+    """The reply rule make_reply picks (the paper's Reply with neither flag, else variants/replies.py's)."""
+    assert make_reply(cfg(parse_lower=lower, parse_think=think)).read(reply, True) == want
 
 
 def test_expert_targets_carry_the_thinks_the_prompt_asks_for(tiny, pool):
@@ -420,7 +421,7 @@ def test_aux_loss_weighting_token_mean_and_the_authors_prefix_mean(tiny):
     token mean, weight 1/n, over the weights: -eta (m1 / 2 + m2 / 2 + m3 / 1) / (1/2 + 1/2 + 1)."""
     from transformers import AutoModelForCausalLM
     from rollout import expert_ids
-    from update import Update, response_logprobs
+    from grpo import Update, response_logprobs
     path, tok = tiny
     m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     acts = ["go to desk 1", "take mug 1 from desk 1", "look"]
@@ -456,20 +457,107 @@ def test_episodes_carry_what_was_played_and_a_self_source_replays_it(tiny, pool)
     """An episode's "played" holds the replayed prefix and the actions the game took after it: a well-formed
     action the game refuses (not admissible, nothing changes) is left out. A self source keeps that win as the
     task's hint, and replaying all but its last action leaves one step to win."""
-    from hints import ExpertSource, SelfSource, group
+    from rollout import ExpertSource, Hint, group
+    from variants.hints import SelfSource
     _, tok = tiny
     t = next(t for t in load_tasks("train") if t["L"] >= 4)
     n = 2
     out = rollout(QueueEngine(tok, ["fly to the moon"] + t["walkthrough"][n:]), pool, tok,
-                  [group(ExpertSource([t]), t, n, 1)], cfg())
+                  [group(t, ExpertSource([t]).hint(t), n, 1)], cfg())
     episode = out["episodes"][0]
     assert episode["won"] and episode["invalid"] == 1 and episode["steps"] == t["L"] + 1
     assert episode["played"] == t["walkthrough"]
     source = SelfSource()
     assert source.observe(out["episodes"]) == [t["id"]]
-    assert source.hint(t) == (t["walkthrough"], [])
-    L = len(source.hint(t)[0])
-    replay = group(source, t, L - 1, 1)
+    assert source.hint(t) == Hint(t["walkthrough"], [])
+    L = len(source.hint(t).actions)
+    replay = group(t, source.hint(t), L - 1, 1)
     assert replay["prefix"] == t["walkthrough"][:-1] and replay["thinks"] == []
     win = rollout(QueueEngine(tok, t["walkthrough"][-1:]), pool, tok, [replay], cfg())
     assert win["episodes"][0]["won"] and win["episodes"][0]["steps"] == L
+
+
+# ---- a hint's text reaches the prompt; the reply rule
+class Recorder:
+    """Test double for the engine only: replies 'look' to every prompt."""
+
+    def __init__(self, tok):
+        self.tok = tok
+
+    def generate(self, prompts, max_new_tokens, temperature=1.0, seed=0, allowed=None):
+        ids = self.tok.encode(expert_reply("look"), add_special_tokens=False) + [self.tok.eos_token_id]
+        return [{"ids": ids, "logprobs": [0.0] * len(ids), "finished": True} for _ in prompts]
+
+
+@pytest.mark.parametrize("style, line", [("full", "Hint: first go to countertop 1"),
+                                         ("compact", "hint: first go to countertop 1")])
+def test_a_hints_text_reaches_every_prompt_of_its_group_and_no_text_changes_nothing(tiny, pool, style, line):
+    """Two groups of one task after the same 2-step prefix, one hint with a text, one without: every prompt of
+    the first (its policy turns and its aux rows) shows the text on the line after the task; the second's
+    prompts are the first's without that line, i.e. what the prompt is without hints."""
+    from rollout import ExpertSource, group
+    _, tok = tiny
+    t = load_tasks("train")[1]
+    h = ExpertSource([t]).hint(t)
+    c = cfg(prompt=style, max_prompt_tokens=2048, max_steps=4)
+    out = rollout(Recorder(tok), pool, tok, [group(t, h._replace(text=line.split(": ", 1)[1]), 2, 2),
+                                             group(t, h, 2, 2)], c)
+    with_text = [tok.decode(r["prompt_ids"]) for k in ("aux", "rows") for r in out[k] if r["gid"] == 0]
+    without = [tok.decode(r["prompt_ids"]) for k in ("aux", "rows") for r in out[k] if r["gid"] == 1]
+    assert len(with_text) == len(without) == 2 + 2 * 2  # 2 aux rows, then 2 turns x 2 episodes
+    for a, b in zip(with_text, without):
+        lines = a.splitlines()
+        k = next(i for i, x in enumerate(lines) if "Your task is to:" in x or "task: " in x)
+        assert lines[k + 1] == line
+        assert line not in b and a.replace(line + "\n", "", 1) == b
+
+
+def test_user_message_without_a_hint_text_is_the_prompt_without_hints():
+    """hint="" (every shipped source) adds nothing: the message, byte for byte, is the one without the
+    argument, for both prompts; a text adds exactly one line after the task line."""
+    hist, adm = [("o1", "a1"), ("o2", "a2")], ["look", "go to desk 1"]
+    for c in (cfg(prompt="full"), cfg(prompt="compact"), cfg(prompt="compact", constrained=True)):
+        plain = user_message("heat an egg.", "room", hist, "o3", adm, 2, c)
+        assert user_message("heat an egg.", "room", hist, "o3", adm, 2, c, "") == plain
+        hinted = user_message("heat an egg.", "room", hist, "o3", adm, 2, c, "first go to countertop 1")
+        lines = hinted.splitlines()
+        assert lines[1] in ("Hint: first go to countertop 1", "hint: first go to countertop 1")
+        assert "\n".join(lines[:1] + lines[2:]) == plain
+
+
+def test_a_group_carries_its_hints_text_and_a_text_only_hint_replays_nothing():
+    from rollout import Hint, group
+    task = {"id": "t", "walkthrough": ["go", "take"]}
+    assert group(task, Hint(["go", "take"], ["why"]), 1, 2) == {"task": task, "n": 1, "R": 2,
+                                                              "prefix": ["go"], "thinks": ["why"], "text": ""}
+    assert group(task, Hint([], [], "look first"), 0, 2)["text"] == "look first"
+    assert group(task, None, 0, 2) == {"task": task, "n": 0, "R": 2, "prefix": [], "thinks": [], "text": ""}
+    with pytest.raises(ValueError, match="a prefix of 1 steps, but its hint has 0"):
+        group(task, Hint([], [], "look first"), 1, 2)
+
+
+def test_the_reply_rule_is_the_papers_unless_a_flag_says_otherwise():
+    """make_reply: the paper's Reply (0/1 reward on every step row, 'traj') with every flag at its paper
+    value; any one flag off it, and the paper / released presets, get variants/replies.py's rule, whose
+    numbers are the flags' formulas exactly (grpo.step_rewards for the rows)."""
+    from config import get_config
+    from grpo import step_rewards
+    from rollout import Reply
+    from variants.replies import Authors
+    paper = make_reply(cfg())
+    assert type(paper) is Reply and paper.adv_level == "traj"
+    for won, invalid in ((True, [False, True, False]), (False, [True, True]), (True, []), (False, [False])):
+        assert paper.reward(won, sum(invalid)) == 1.0 * float(won) - 0.0 * sum(invalid)
+        assert paper.row_rewards(won, invalid) == step_rewards(won, invalid, 1.0, 0.0, "traj")
+    for flag, value in (("parse_lower", True), ("parse_think", True), ("reward_scale", 10.0),
+                        ("invalid_penalty", 0.1), ("adv_level", "step")):
+        assert type(make_reply(cfg(**{flag: value}))) is Authors, flag
+    for preset in ("paper", "released"):
+        c = get_config(["--preset", preset])
+        r = make_reply(c)
+        assert isinstance(r, Authors) and r.adv_level == c.adv_level
+        scale, penalty = c.reward_scale, c.invalid_penalty
+        for won, invalid in ((True, [False, True, False]), (False, [True, True]), (True, [])):
+            assert r.reward(won, sum(invalid)) == scale * float(won) - penalty * sum(invalid)
+            assert r.row_rewards(won, invalid) == step_rewards(won, invalid, scale, penalty, c.adv_level)
+    assert make_reply(get_config(["--preset", "released"])).reward(True, 2) == pytest.approx(9.8)

@@ -1,8 +1,13 @@
 """run_all.sh: the paper grid as a dry run, and every grid entry for one step at toy scale (--cpu --smoke)."""
+import atexit
+import functools
 import json
 import os
 import re
+import shutil
 import subprocess
+import sys
+import tempfile
 
 import pytest
 
@@ -10,9 +15,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GROUPS = ["main", "ablations", "clusters", "sft", "released", "webshop"]  # run_all.sh's --only values
 
 
+@functools.lru_cache(None)
+def this_python_first():
+    """A PATH whose `python` is the interpreter running the tests (sys.executable), for run_all.sh's
+    `python` commands."""
+    d = tempfile.mkdtemp(prefix="g2-python-")
+    atexit.register(shutil.rmtree, d, True)
+    with open(os.path.join(d, "python"), "w") as f:
+        f.write(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    os.chmod(os.path.join(d, "python"), 0o755)
+    return d + os.pathsep + os.environ.get("PATH", "")
+
+
 def sh(*args, env=None, timeout=60):
     return subprocess.run(["bash", "run_all.sh", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+                          env={**os.environ, "PATH": this_python_first(), **(env or {})})
 
 
 def grid(*args):
@@ -44,9 +61,9 @@ def test_dry_run_lists_the_whole_paper_grid():
     by_group = {g: grid("--only", g)[0] for g in GROUPS}  # the --only groups split the grid, in its order
     assert sorted(sum(by_group.values(), [])) == sorted(names) and len(set(names)) == len(names)
     # every main entry runs a registered scheduler (plain GRPO is named grpo in the grid)
-    from scheduler import RULES
+    from config import rule_names
     main = [x for x in lines if any(f"/{n}/s0 " in x for n in by_group["main"])]
-    assert {re.search(r"--scheduler (\S+)", x).group(1) for x in main} <= set(RULES)
+    assert {re.search(r"--scheduler (\S+)", x).group(1) for x in main} <= set(rule_names())
     seven = sh("--dry-run", "--7b").stdout
     assert seven.count("--model Qwen/Qwen2.5-7B-Instruct --parallel fsdp") == 10
     ws = grid("--only", "webshop")[2]
@@ -92,8 +109,8 @@ def test_cpu_smoke_grid_gives_every_entry_its_step(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     names = grid("--cpu", "--smoke")[0]
     from config import Config
-    from scheduler import Scheduler
-    stats_keys = Scheduler(Config(), ["a"], [3]).stats()
+    from scheduler import make_rule
+    stats_keys = make_rule(Config(), ["a"], [3]).stats()
     for n in names:
         d = tmp_path / n / "s0"
         steps = [json.loads(x) for x in open(d / "log.jsonl") if '"eval"' not in x]
@@ -119,7 +136,7 @@ def test_results_tables_are_rebuilt_from_results(doc, regime):
     start, end = f"<!-- {regime}-table: python eval.py table results/cpu/{regime} -->", f"<!-- /{regime}-table -->"
     assert start in readme and end in readme
     block = readme.split(start)[1].split(end)[0].strip()
-    p = subprocess.run(["python", "eval.py", "table", f"results/cpu/{regime}"], cwd=ROOT, capture_output=True,
+    p = subprocess.run([sys.executable, "eval.py", "table", f"results/cpu/{regime}"], cwd=ROOT, capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert block == p.stdout.strip()

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from config import Config
-from scheduler import Scheduler, balanced_thresholds, make_clusters, prefix_len, token_offsets
+from scheduler import make_clusters, make_rule, prefix_len
+from variants.rules import balanced_thresholds, cluster_ids, token_offsets, token_prefix_len
 
 
 def cfg(**kw):
@@ -20,7 +21,7 @@ def tasks_of(lengths):
 
 def make(lengths=(3, 5, 7, 9, 11, 13), seed=0, **kw):
     c = cfg(**kw)
-    return Scheduler(c, [f"t{i}" for i in range(len(lengths))], list(lengths), seed=seed)
+    return make_rule(c, [f"t{i}" for i in range(len(lengths))], list(lengths), seed=seed)
 
 
 def test_prefix_len_bounds():
@@ -40,11 +41,11 @@ def test_prefix_len_bounds():
 
 def test_prefix_len_token_mode_rounds_up_to_step():
     tok_cum = [10, 12, 40, 45]  # step lengths 10, 2, 28, 5 -> total 45
-    assert prefix_len(0.0, 4, tok_cum) == 0
-    assert prefix_len(0.2, 4, tok_cum) == 1  # floor(9) = 9 tokens -> first step end reaching it is 10
-    assert prefix_len(0.3, 4, tok_cum) == 3  # floor(13.5) = 13 tokens -> needs 3 steps (40); action units: 2
+    assert token_prefix_len(0.0, 4, tok_cum) == 0
+    assert token_prefix_len(0.2, 4, tok_cum) == 1  # floor(9) = 9 tokens -> first step end reaching it is 10
+    assert token_prefix_len(0.3, 4, tok_cum) == 3  # floor(13.5) = 13 tokens -> needs 3 steps (40); action units: 2
     assert prefix_len(0.3, 4) == 2
-    assert prefix_len(1.0, 4, tok_cum) == 3
+    assert token_prefix_len(1.0, 4, tok_cum) == 3
 
 
 class CharTok:
@@ -63,18 +64,18 @@ def test_token_offsets_encode_the_joined_prefix():
 
 def test_prefix_len_token_units_released_rule():
     off = [10, 27, 45]  # L = 3
-    assert prefix_len(0.5, 3, off) == 2  # target floor(22.5) = 22 -> first end >= 22 is 27 (step 2)
-    assert prefix_len(0.25, 3, off) == 2  # floor(11.25) = 11 -> 27
-    assert prefix_len(0.02, 3, off) == 0  # floor(0.9) = 0 tokens -> no prefix (rounding up would give step 1)
-    assert prefix_len(1.0, 3, off) == 2  # 45 >= total -> all 3 steps, capped at L - 1 = 2
-    assert prefix_len(0.5, 3, off, max_steps=2) == 1  # cap min(L - 1, max_steps - 1) = min(2, 1) = 1
-    assert prefix_len(0.5, 3, off, max_steps=20) == 2
-    assert prefix_len(0.5, 3, off, max_steps=1) == 0  # min(2, 0) = 0
+    assert token_prefix_len(0.5, 3, off) == 2  # target floor(22.5) = 22 -> first end >= 22 is 27 (step 2)
+    assert token_prefix_len(0.25, 3, off) == 2  # floor(11.25) = 11 -> 27
+    assert token_prefix_len(0.02, 3, off) == 0  # floor(0.9) = 0 tokens -> no prefix (rounding up would give step 1)
+    assert token_prefix_len(1.0, 3, off) == 2  # 45 >= total -> all 3 steps, capped at L - 1 = 2
+    assert token_prefix_len(0.5, 3, off, max_steps=2) == 1  # cap min(L - 1, max_steps - 1) = min(2, 1) = 1
+    assert token_prefix_len(0.5, 3, off, max_steps=20) == 2
+    assert token_prefix_len(0.5, 3, off, max_steps=1) == 0  # min(2, 0) = 0
     # floor, not the exact product: 20 * 0.52 = 10.4 -> 10 tokens -> step 1 already ends at 10 (10.4 would need 2)
-    assert prefix_len(0.52, 3, [10, 11, 20]) == 1
-    assert prefix_len(0.25, 3, [10, 20, 40]) == 1  # floor(10) = 10: step 1 ends exactly there
+    assert token_prefix_len(0.52, 3, [10, 11, 20]) == 1
+    assert token_prefix_len(0.25, 3, [10, 20, 40]) == 1  # floor(10) = 10: step 1 ends exactly there
     with pytest.raises(ValueError, match="tok_cum has 2 entries"):
-        prefix_len(0.5, 3, [10, 20])
+        token_prefix_len(0.5, 3, [10, 20])
 
 
 def test_token_depths_cap_at_max_steps():
@@ -155,7 +156,8 @@ def test_task_with_every_episode_errored_changes_nothing(level, missing):
     # errored, flags []. alpha 0.2: cluster 0 gets A = 0.2 * 0.5 = 0.1 and V = 0.2 * var, var = 0.25 over the two
     # trajectories (traj) or 0 over the one task mean (task); cluster 1 keeps A = 0.3, V = 0.02; acc_B = 0.5 ->
     # sign(0.5 - 0.5) = 0: mu_global stays 0.8 (counting t2 as 0.0 would give 0.25 and move it to 0.9)
-    s = make(lengths=(3, 3, 8, 8), K=2, alpha=0.2, stats_level=level)
+    # (online clusters that never re-cluster: the rule that keeps last_p and succ, the variants' statistics)
+    s = make(lengths=(3, 3, 8, 8), K=2, alpha=0.2, stats_level=level, cluster_mode="online", recluster_every=1000)
     s.A[1], s.V[1] = 0.3, 0.02
     s.last_p["t2"] = s.succ["t2"] = 0.25
     s.update(["t0", "t2"], [0.5, missing], flags=[[1, 0], []])
@@ -198,7 +200,7 @@ def test_released_presets_per_environment():
                       "--eta", "0"])
     assert (old.sigma_mode, old.sigma_fixed, old.acc_low, old.acc_high, old.eta) == ("fixed", 0.25, 0.4, 0.6, 0.0)
     assert w.out_dir == "runs/released_webshop" and w.preset == "released_webshop"
-    s = Scheduler(w, ["t0", "t1"], [3, 3])
+    s = make_rule(w, ["t0", "t1"], [3, 3])
     s.update(["t0", "t1"], [0.5, 0.375], flags=[[1, 0] * 4, [1, 1, 1, 0, 0, 0, 0, 0]])  # 7 / 16 < 0.5: deeper
     assert s.mu_global == pytest.approx(0.8)  # mu0 0.8 + 0.1, capped at 0.8
     s.update(["t0"], [0.625], flags=[[1, 1, 1, 1, 1, 0, 0, 0]])  # 5 / 8 > 0.5 -> 0.7 (0.4 / 0.6 would not move)
@@ -253,7 +255,7 @@ def test_baseline_depths():
     ta.update(["t0", "t1"], [0.5, 0.5])
     ta.update(["t0", "t1"], [0.0, 0.25])  # < 0.5: d does not grow
     ta.update(["t0", "t1"], [1.0, 0.0])
-    assert ta.rule.d == 2 and ta.depths(tasks_of(L), 3)["n"] == [7, 1]
+    assert ta.d == 2 and ta.depths(tasks_of(L), 3)["n"] == [7, 1]
 
 
 def scripted_probe(curves, R=8, log=None):
@@ -328,20 +330,20 @@ def test_same_seed_same_output_and_state_roundtrip():
 def test_webshop_3_clusters_by_hand():
     """The authors' WebShop groups: expert length <= 4 | 5 | >= 6 (thresholds [4, 5, max(6, longest)])."""
     c = cfg(cluster_mode="webshop_3", K=3)
-    s = Scheduler(c, [f"t{i}" for i in range(6)], [2, 4, 5, 6, 9, 5])
+    s = make_rule(c, [f"t{i}" for i in range(6)], [2, 4, 5, 6, 9, 5])
     assert [s.cluster[f"t{i}"] for i in range(6)] == [0, 0, 1, 2, 2, 1] and s.thresholds == [4.0, 5.0]
 
 
 def test_clusters_quantile_balanced_random():
     L = [3, 4, 4, 5, 6, 7, 8, 9, 12, 15]
     rng = np.random.default_rng(0)
-    k, thr = make_clusters(L, 3, "quantile", rng)
+    k, thr = cluster_ids(L, 3, "quantile", rng)
     assert len(thr) == 2 and list(k) == sorted(k) and set(k) == {0, 1, 2}
-    k, thr = make_clusters(L, 5, "balanced", rng)
+    k, thr = cluster_ids(L, 5, "balanced", rng)
     assert list(k) == sorted(k) and max(np.bincount(k)) <= 3
-    k, thr = make_clusters(L, 3, "random", rng)
+    k, thr = cluster_ids(L, 3, "random", rng)
     assert sorted(np.bincount(k)) == [3, 3, 4] and thr == []
-    k, _ = make_clusters(L, 1, "quantile", rng)
+    k, _ = cluster_ids(L, 1, "quantile", rng)
     assert set(k) == {0}
 
 
@@ -353,7 +355,7 @@ def test_balanced_clusters_released_rule():
     # clusters {1,2,2,2} {3,4} {5,5,5,6}, thresholds = largest lengths 2 and 4 (the greedy quantile cut gave [2, 5])
     L = [1, 2, 2, 2, 3, 4, 5, 5, 5, 6]
     assert balanced_thresholds(L, 3) == [2.0, 4.0]
-    k, thr = make_clusters(L, 3, "balanced", np.random.default_rng(0))
+    k, thr = cluster_ids(L, 3, "balanced", np.random.default_rng(0))
     assert thr == [2.0, 4.0] and list(k) == [0, 0, 0, 0, 1, 1, 2, 2, 2, 2]
 
 
@@ -365,7 +367,7 @@ def test_balanced_clusters_tie_goes_to_first_cut():
     # in combinations order, (2,4), wins -> thresholds 2 and 4 (the other would be 3 and 4)
     L = [1, 2, 2, 3, 4, 4, 4, 5, 6]
     assert balanced_thresholds(L, 3) == [2.0, 4.0]
-    assert list(make_clusters(L, 3, "balanced", None)[0]) == [0, 0, 0, 1, 1, 1, 1, 2, 2]
+    assert list(cluster_ids(L, 3, "balanced", None)[0]) == [0, 0, 0, 1, 1, 1, 1, 2, 2]
 
 
 def test_balanced_clusters_fallback_and_k5_speed():
@@ -375,7 +377,7 @@ def test_balanced_clusters_fallback_and_k5_speed():
     # the last (the maximum) is implied -> [2, 3, 9, 9]; clusters 3 and 4 stay empty
     L = [2, 2, 2, 3, 3, 9]
     assert balanced_thresholds(L, 5) == [2.0, 3.0, 9.0, 9.0]
-    assert list(make_clusters(L, 5, "balanced", None)[0]) == [0, 0, 0, 1, 1, 2]
+    assert list(cluster_ids(L, 5, "balanced", None)[0]) == [0, 0, 0, 1, 1, 2]
     assert balanced_thresholds([4, 4, 4], 2) == [4.0]  # one unique length: quantile 1 -> 4, padded to [4, 4]
     assert balanced_thresholds([4, 7], 1) == []  # K = 1: one cluster, no cut
     # 30 unique lengths once each, K = 5: only sizes 6 x 5 have spread 0 -> cuts after lengths 6, 12, 18, 24
@@ -423,16 +425,16 @@ def test_state_dict_round_trips_every_attribute(kw):
                  [[0, 1, 0, 0], [1, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 1, 0], [0, 1, 1, 0]])
     b = make(L, seed=99, **kw)  # another seed: its RNG and (random-free) init must all be overwritten
     b.load_state_dict(json.loads(json.dumps(a.state_dict())))
-    assert set(vars(a)) == set(vars(b)) and set(vars(a.rule)) == set(vars(b.rule))
-    for key, va in list(vars(a).items()) + [(f"rule.{k}", v) for k, v in vars(a.rule).items() if k != "s"]:
-        vb = getattr(b.rule, key[5:]) if key.startswith("rule.") else getattr(b, key)
+    assert set(vars(a)) == set(vars(b))
+    for key, va in vars(a).items():
+        vb = getattr(b, key)
         if key == "rng":
             assert va.bit_generator.state == vb.bit_generator.state
         elif isinstance(va, np.ndarray):  # an array comes back as an array of its dtype
             assert isinstance(vb, np.ndarray) and vb.dtype == va.dtype and va.tolist() == vb.tolist(), key
-        elif key != "rule":
+        elif key != "cfg":
             assert va == vb and type(va) is type(vb), key
-    assert a.step == 4 and a.n_updates == 5  # hand count: the last depths() step, five updates with episodes
+    assert a.step == 4  # hand count: the last depths() step
     assert a.depths(tasks, 5) == b.depths(tasks, 5)
 
 
@@ -446,10 +448,11 @@ def test_state_dict_saves_a_new_attribute_without_a_line():
 
 def test_registry_is_the_one_list_of_schedulers():
     import config
-    from scheduler import RULES, is_g2
-    assert config.CHOICES["scheduler"] == list(RULES)
-    assert all(k in config.Config.__dataclass_fields__["scheduler"].metadata["help"] for k in RULES)
-    assert {k for k in RULES if RULES[k].probe} == {"binary", "enum"}
+    from variants.rules import REGISTRY, is_g2
+    assert config.rule_names() == list(REGISTRY)
+    help_text = config.parser().format_help().replace("\n", " ")
+    assert all(k in help_text for k in REGISTRY)
+    assert {k for k in REGISTRY if REGISTRY[k].probes is True} == {"binary", "enum"}
     assert is_g2("g2") and is_g2("g2_ucb") and not is_g2("linear") and not is_g2("bogus")
 
 
@@ -481,17 +484,15 @@ def test_g2_ucb_centre_bonus_by_hand():
 def test_toy_scheduler_through_the_registry_alone_runs_in_the_simulator():
     """A fork adds a rule with one decorator (here, in the test file) and simulates it beside Agent-G²."""
     from tools import bench
-    from scheduler import RULES, register
+    from variants.rules import REGISTRY, Baseline
 
-    from scheduler import Rule
-
-    @register
-    class Toy(Rule):
+    class Toy(Baseline):
         name, help = "toy_half_then_none", "half the walkthrough for 20 steps, then no hint"
 
         def depth(self, task, step):
             return prefix_len(0.5, task["L"]) if step < 20 else 0
 
+    REGISTRY[Toy.name] = Toy
     try:
         s = make(lengths=(4, 10), scheduler="toy_half_then_none")
         assert s.depths(tasks_of((4, 10)), 0)["n"] == [2, 5] and s.depths(tasks_of((4, 10)), 20)["n"] == [0, 0]
@@ -499,7 +500,7 @@ def test_toy_scheduler_through_the_registry_alone_runs_in_the_simulator():
         assert 0 <= r["band50"] <= 1 and r["rollouts_per_task"] == 1.0  # no probe: exactly R rollouts per group
         assert r["under50"] + r["band50"] + r["over50"] == pytest.approx(1.0)
     finally:
-        del RULES["toy_half_then_none"]
+        del REGISTRY["toy_half_then_none"]
 
 
 def test_bench_sched_only_simulates_one_rule_beside_g2():
@@ -517,25 +518,14 @@ def test_bench_sched_only_simulates_one_rule_beside_g2():
 
 
 def test_a_rule_brings_its_own_flag():
-    """g2_ucb's knob is declared in its class alone (Rule.knobs): config.py turns it into a field and a flag."""
-    import config
-    from scheduler import KNOBS
-    assert KNOBS["ucb_c"][0] == 0.1 and config.Config().ucb_c == 0.1
-    assert config.get_config(["--scheduler", "g2_ucb", "--ucb_c", "0.3"]).ucb_c == 0.3
-    assert "ucb_c" not in open(config.__file__).read()
-
-
-def test_knobs_come_in_scheduler_py_only():
-    """A rule with its own flag registered after config.py built Config would have no field: refused clearly.
-    The config (with its knob fields) still pickles."""
+    """g2_ucb's flag is a field of the one flat config, named in the rule's class (flags), so a warning can say
+    whose it is; the config still pickles."""
     import pickle
 
     import config
-    from scheduler import Rule, register
-    late = type("Late", (Rule,), {"name": "late_rule", "help": "a rule from elsewhere",
-                                  "knobs": {"late_knob": (1.0, "never a field")}})
-    with pytest.raises(RuntimeError, match="already built"):
-        register(late)
+    from variants.rules import G2UCB
+    assert G2UCB.flags == ("ucb_c",) and config.Config().ucb_c == 0.1
+    assert config.get_config(["--scheduler", "g2_ucb", "--ucb_c", "0.3"]).ucb_c == 0.3
     c = config.get_config(["--ucb_c", "0.25"])
     assert pickle.loads(pickle.dumps(c)) == c
 
@@ -545,20 +535,20 @@ def test_state_round_trips_a_lazily_added_array_and_an_int_keyed_dict():
     dtype, an int-keyed dict keeps int keys, nested lists stay lists; a type that cannot come back is refused."""
     s = make()
     s.visits = np.arange(6, dtype=np.int64).reshape(2, 3)  # added after __init__
-    s.rule.by_step = {3: [0.5, [1, 2]], 10: [0.25, []]}
-    s.rule.weights = np.array([0.5, 0.25])
+    s.by_step = {3: [0.5, [1, 2]], 10: [0.25, []]}
+    s.weights = np.array([0.5, 0.25])
     back = make()
     back.load_state_dict(json.loads(json.dumps(s.state_dict())))
     assert isinstance(back.visits, np.ndarray) and back.visits.dtype == np.int64 and back.visits.tolist() == \
         [[0, 1, 2], [3, 4, 5]]
-    assert back.rule.by_step == {3: [0.5, [1, 2]], 10: [0.25, []]} and list(back.rule.by_step) == [3, 10]
-    assert isinstance(back.rule.weights, np.ndarray) and back.rule.weights.tolist() == [0.5, 0.25]
-    s.rule.pairs = (1, 2)
-    with pytest.raises(TypeError, match="rule g2.pairs: a tuple cannot be saved"):
+    assert back.by_step == {3: [0.5, [1, 2]], 10: [0.25, []]} and list(back.by_step) == [3, 10]
+    assert isinstance(back.weights, np.ndarray) and back.weights.tolist() == [0.5, 0.25]
+    s.pairs = (1, 2)
+    with pytest.raises(TypeError, match="g2.pairs: a tuple cannot be saved"):
         s.state_dict()
-    del s.rule.pairs
+    del s.pairs
     s.mixed = {1: "a", "b": 2}
-    with pytest.raises(TypeError, match="scheduler.mixed: dict keys must be all str or all int"):
+    with pytest.raises(TypeError, match="g2.mixed: dict keys must be all str or all int"):
         s.state_dict()
 
 
@@ -581,16 +571,16 @@ def test_g2_mix_by_hand():
     s = make(lengths=(10, 10), scheduler="g2_mix", K=1, lam=1.0, p_target=0.5, mu0=0.8, mix_gap=0.15,
              sigma_min=0.1, gamma=1.0, alpha=0.5, sampling="none")
     assert s.stats()["mu_k"] == [pytest.approx(1.0)] and s.stats()["sigma_k"] == [pytest.approx(0.1)]
-    s.rule.drawn = {"t0": 0, "t1": 1}
+    s.drawn = {"t0": 0, "t1": 1}
     s.update(["t0", "t1"], [1.0, 0.5])
-    assert s.rule.A.tolist() == [[0.5, 0.25]] and s.rule.V.tolist() == [[0.0, 0.0]]
+    assert s.A_mix.tolist() == [[0.5, 0.25]] and s.V_mix.tolist() == [[0.0, 0.0]]
     assert s.mu_global == pytest.approx(0.7)
-    mus, sigmas, w = s.rule.components(0)
+    mus, sigmas, w = s.components(0)
     assert mus.tolist() == pytest.approx([0.55, 1.0]) and w.tolist() == pytest.approx([0.5, 0.5])
     assert s.stats()["mu_k"] == [pytest.approx(0.775)]
     assert s.stats()["sigma_k"] == [pytest.approx(math.sqrt(0.060625))]
     n = s.depths(tasks_of((10, 10)), 1)["n"]  # sampling none: a draw sits on its component's centre
-    assert all(k in (6, 9) for k in n) and set(s.rule.drawn.values()) <= {0, 1}  # ceil(5.5) = 6, min(ceil(10), 9)
+    assert all(k in (6, 9) for k in n) and set(s.drawn.values()) <= {0, 1}  # ceil(5.5) = 6, min(ceil(10), 9)
 
 
 def test_a_rules_flag_under_another_rule_is_a_warning(capsys):
@@ -611,3 +601,31 @@ def test_a_task_without_a_hint_is_played_at_depth_0_and_joins_a_cluster_when_it_
     assert plan["n"] == [2, 0, 5] and plan["r"][1] == 0.0  # ceil(0.5 * 3) = 2, ceil(0.5 * 9) = 5
     s.set_length("t1", 8)
     assert s.cluster["t1"] == 1
+
+
+def test_the_readmes_rule_block_runs_from_its_own_file(tmp_path, monkeypatch):
+    """README "Hack it": the depth-rule block, written to a file and selected as --scheduler my_rule:G2UCB.
+    mu0 0.4, lam 0, sampling none, K 1, L 10 (by hand): step 0: log 1 = 0, r = 0.4, n = 4; step 3, no update
+    yet: 0.4 + 0.1 sqrt(log 4 / 1) = 0.51774 -> n = ceil(5.18) = 6; after one update of three groups at p 0.5
+    (acc = p_target: mu_global stays): n_k = 3, 0.4 + 0.1 sqrt(log 4 / 4) = 0.45887 -> n = 5."""
+    import os
+
+    import config
+    from tools import bench
+    readme = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")).read()
+    block = readme.split("**A depth rule**")[1].split("```python\n")[1].split("```")[0]
+    (tmp_path / "my_rule.py").write_text(block)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    c = config.get_config(["--scheduler", "my_rule:G2UCB", "--mu0", "0.4", "--lam", "0", "--sampling", "none",
+                           "--K", "1"])
+    s = make_rule(c, ["t0", "t1", "t2"], [10, 10, 10], 0)
+    assert type(s).__name__ == "G2UCB"
+    T = tasks_of((10, 10, 10))
+    assert s.depths(T, 0)["n"] == [4, 4, 4] and s.depths(T, 3)["n"] == [6, 6, 6]
+    s.update(["t0", "t1", "t2"], [0.5, 0.5, 0.5])
+    assert s.n_k == [3] and s.depths(T, 3)["n"] == [5, 5, 5]
+    back = make_rule(c, ["t0", "t1", "t2"], [10, 10, 10], 7)
+    back.load_state_dict(json.loads(json.dumps(s.state_dict())))
+    assert back.n_k == [3] and back.depths(T, 3) == s.depths(T, 3)
+    r = bench.simulate(dict(scheduler="my_rule:G2UCB"), seed=0)
+    assert 0 <= r["band50"] <= 1 and r["rollouts_per_task"] == 1.0

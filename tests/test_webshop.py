@@ -13,9 +13,8 @@ import pytest
 from plumbing import webshop
 from tools import webshop_doctor
 from envs import EnvPool
-from plumbing.tasks import load_webshop_tasks
-from plumbing.webshop import (SEARCH_ACTION, WEBSHOP_SPLITS, WebShopEnv, make_catalogue, parse_webshop_action,
-                     scripted_expert, webshop_reward)
+from plumbing.webshop import (SEARCH_ACTION, WEBSHOP_SPLITS, WebShopEnv, load_webshop_tasks, make_catalogue,
+                              parse_webshop_action, scripted_expert, webshop_reward)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAKE = os.path.join(HERE, "fake_webshop")
@@ -496,7 +495,8 @@ def test_webshop_doctor_streams_the_product_file(tmp_path, monkeypatch):
 
 def test_bm25s_imports_without_numba_so_vllm_can_start():
     """webshop.import_bm25s: with numba loaded, vLLM 0.32's CPU engine start fails on llvmlite's wrapper objects."""
-    code = ("import sys, webshop; s = webshop.LiteSite(0, 50); assert s.search('organic tea') is not None; "
+    code = ("import sys; from plumbing import webshop; s = webshop.LiteSite(0, 50); "
+            "assert s.search('organic tea') is not None; "
             "print('llvmlite' in sys.modules, 'numba' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(HERE), capture_output=True, text=True,
                        timeout=120)

@@ -58,13 +58,13 @@ POPULATIONS = {"alfworld": alfworld_population, "bimodal": bimodal_population}  
 
 def simulate(overrides, seed, B=16, R=8, population="alfworld"):
     from config import load_preset, Config
-    from scheduler import Scheduler
+    from scheduler import make_rule
     cfg = dataclasses.replace(Config(**{**dataclasses.asdict(Config()), **load_preset("paper")}),
                               steps=T_SIM, batch_tasks=B, group_size=R, max_steps=50, **overrides)
     rng = np.random.default_rng(seed)
     L, dstar = POPULATIONS[population](rng)
     ids = [f"t{i}" for i in range(N_TASKS)]
-    sched = Scheduler(cfg, ids, L.tolist(), seed=seed)
+    sched = make_rule(cfg, ids, L.tolist(), seed)
     p_of = lambda i, n: 1 / (1 + np.exp(-(n / L[i] - dstar[i]) / S_CURVE))  # noqa: E731
     band = under = over = groups = rollouts = 0
     early = np.zeros(3)  # in band / under / over over the first 50 steps (the paper reports step 50)
@@ -107,7 +107,7 @@ def only_rows(args):
     """--only NAME[,NAME...] (+ config flags such as --ucb_c 0.2): those registered rules beside
     Agent-G² (g2)."""
     import config
-    from scheduler import RULES
+    from config import rule_names
     ov, extra = {}, list(args.extra)
     while extra:
         k = extra.pop(0)
@@ -117,8 +117,9 @@ def only_rows(args):
         ov[k[2:]] = v in ("1", "true", "True") if isinstance(default, bool) else type(default)(v)
     rows = [("g2", dict())]
     for name in args.only.split(","):
-        if name not in RULES:
-            raise SystemExit(f"bench.py sched --only: no scheduler {name!r}; registered: {', '.join(RULES)}")
+        if name not in rule_names():
+            raise SystemExit(f"bench.py sched --only: no scheduler {name!r}; "
+                             f"registered: {', '.join(rule_names())}")
         rows.append((name + "".join(f" {k}={v}" for k, v in ov.items()), dict(scheduler=name, **ov)))
     return rows
 
@@ -322,9 +323,8 @@ def bench_rollout(args):
     from transformers import AutoTokenizer
     from config import cache_dir, get_config
     from envs import EnvPool, room_text
-    from hints import ExpertSource, group
     from plumbing.tasks import load_tasks
-    from rollout import HFEngine, encode_prompt, rollout, user_message
+    from rollout import ExpertSource, HFEngine, encode_prompt, group, make_reply, rollout, user_message
     from plumbing.tiny import tiny_path
     cfg = get_config(["--preset", "cpu"])
     path = tiny_path(cache_dir())
@@ -373,8 +373,8 @@ def bench_rollout(args):
     print(f"{'engine':8s} {'total':>7s} {'generation':>11s} {'environment':>12s} {'overhead':>9s} "
           f"{'env steps':>10s}")
     for name, eng in engines.items():
-        groups = [group(ExpertSource(tasks), t, t["L"] // 2, 8) for t in tasks[:8]]
-        out = rollout(eng, pool, tok, groups, cfg, seed=0)
+        groups = [group(t, ExpertSource(tasks).hint(t), t["L"] // 2, 8) for t in tasks[:8]]
+        out = rollout(eng, pool, tok, groups, cfg, 0, make_reply(cfg))
         st = out["stats"]
         res[f"rollout_{name}"] = {k: st[k] for k in ("t_total", "t_gen", "t_env", "t_overhead", "env_steps")}
         print(f"{name:8s} {st['t_total']:7.1f} {st['t_gen']:11.1f} {st['t_env']:12.1f} "
@@ -454,7 +454,7 @@ def bench_gpu(args):
     from plumbing.tasks import load_tasks
     from plumbing.parallel import autocast
     from rollout import encode_prompt
-    from update import response_logprobs
+    from grpo import response_logprobs
     from plumbing.tiny import tiny_path
     cuda = not args.cpu
     if cuda and not torch.cuda.is_available():

@@ -12,8 +12,7 @@ import os
 
 import numpy as np
 
-from hints import ExpertSource, group
-from rollout import rollout
+from rollout import ExpertSource, group, make_reply, rollout
 
 
 def measure_curves(engine, pool, tok, tasks, cfg, grid, R, seed=0, chunk=64):
@@ -22,7 +21,7 @@ def measure_curves(engine, pool, tok, tasks, cfg, grid, R, seed=0, chunk=64):
     [...]}}"""
     from tqdm import tqdm
     from scheduler import prefix_len
-    source = ExpertSource(tasks)  # the expert trajectories the curves are measured along
+    source, reply = ExpertSource(tasks), make_reply(cfg)  # the expert trajectories the curves follow
     pairs = sorted({(i, prefix_len(d, t["L"])) for i, t in enumerate(tasks) for d in grid})
     print(f"[diagnose] {len(tasks)} tasks x {len(grid)} depths -> {len(pairs)} groups x R={R} = "
           f"{len(pairs) * R} rollouts (temperature {cfg.temperature})")
@@ -30,7 +29,8 @@ def measure_curves(engine, pool, tok, tasks, cfg, grid, R, seed=0, chunk=64):
     per = max(1, chunk // R)
     for j in tqdm(range(0, len(pairs), per), desc="diagnose", unit="batch"):
         part = pairs[j:j + per]
-        out = rollout(engine, pool, tok, [group(source, tasks[i], n, R) for i, n in part], cfg, seed + j)
+        out = rollout(engine, pool, tok, [group(tasks[i], source.hint(tasks[i]), n, R) for i, n in part], cfg,
+                      seed + j, reply)
         for g, pr in enumerate(part):
             eps = [e for e in out["episodes"] if e["gid"] == g and not e["error"]]
             succ[pr] = sum(e["won"] for e in eps) / max(len(eps), 1)
@@ -85,7 +85,8 @@ def replay(curves, cfg, train_tasks, rules, step=0, sched_state=None, draws=50, 
     under, in or over the band by the measured p at the chosen depth (nearest measured depth). rules: [(label,
     overrides)]; the label "Agent-G2 (checkpoint state)" loads sched_state. -> {label: {"under", "in", "over",
     "rollouts_per_R"}}"""
-    from scheduler import Scheduler, is_g2
+    from scheduler import make_rule
+    from variants.rules import is_g2
     ids = list(curves)
     tasks = [{"id": t, "L": curves[t]["L"]} for t in ids]
     rng = np.random.default_rng(seed)
@@ -102,7 +103,7 @@ def replay(curves, cfg, train_tasks, rules, step=0, sched_state=None, draws=50, 
         c = dataclasses.replace(cfg, **{"scheduler": base, **ov})
         counts, rollouts = collections.Counter(), 0
         for k in range(draws):
-            s = Scheduler(c, [t["id"] for t in train_tasks], [t["L"] for t in train_tasks], seed=seed + k)
+            s = make_rule(c, [t["id"] for t in train_tasks], [t["L"] for t in train_tasks], seed + k)
             if sched_state is not None and label.endswith("(checkpoint state)"):
                 s.load_state_dict(sched_state)
                 s.rng = np.random.default_rng(seed + k)
@@ -166,7 +167,7 @@ def diagnose(engine, pool, tok, tasks, train_tasks, cfg, args, ckpt):
     """docs/method.md §6 on one checkpoint: curves, d*, aligned profile + Gaussian fit, scheduler replay;
     JSON + PNGs."""
     from config import BUDGET, flag_values, scheduler_methods
-    from scheduler import is_g2
+    from variants.rules import is_g2
     grid = [round(x, 4) for x in np.arange(0, 1 + 1e-9, args.grid)]
     c = dataclasses.replace(cfg, group_size=args.rollouts)
     curves = measure_curves(engine, pool, tok, tasks, c, grid, args.rollouts, seed=cfg.seed)

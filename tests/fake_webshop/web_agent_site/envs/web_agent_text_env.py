@@ -6,7 +6,7 @@ import random
 import re
 import string
 
-import webshop as g2  # this repo's webshop.py (on sys.path in the tests): catalogue, pages, reward
+from plumbing import webshop as g2  # this repo's plumbing/webshop.py: catalogue, pages, reward
 
 
 class SimServer:

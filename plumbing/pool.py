@@ -1,0 +1,230 @@
+"""The env pool: episodes live in worker processes (fresh interpreters, each building its engines with
+envs.make_env); one call sends a turn's requests to every worker at once and gathers their results. A group's
+R resets of one game replay the expert prefix once and fork (--fork_prefix: the engine's state lives in a C
+library, so os.fork is the one way to copy it). A worker that dies is restarted; its episodes are lost, the
+rest of the batch goes on.
+
+    pool = EnvPool(num_workers, envs.env_spec(cfg))
+    results = pool.run([("reset", eid, gamefile, prefix), ("step", eid, action), ("close", eid), ...])
+"""
+import collections
+import gc
+import json
+import os
+import socket
+import subprocess
+import sys
+import traceback
+from multiprocessing.connection import Connection
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root: `import envs` there
+
+
+def _worker_main(fd, spec_json, make_env):
+    """A pool worker's entry (a fresh interpreter): make_env(spec) builds its engines (envs.make_env)."""
+    _worker(Connection(fd), json.loads(spec_json), make_env)
+
+
+def _step_result(env, ep, action):
+    valid = env.step(ep, action)
+    return {"ok": True, "valid": valid, "obs": ep["obs"], "admissible": ep["admissible"], "won": ep["won"],
+            "score": ep.get("score", float(ep["won"])),
+            "done": ep.get("done", ep["won"])}  # WebShop: a purchase ends
+
+
+def _error(e):
+    return {"ok": False, "error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}
+
+
+def _fork_episode(env, ep, close):
+    """-> (pid, Connection) of a child process that plays one episode on its copy of `env`, whose engine
+    already holds the replayed expert prefix: os.fork is the one way to copy the engine's state, which
+    lives in a C library (get_state, no set_state). `close`: the parent's connections, which the child
+    must not hold open."""
+    a, b = socket.socketpair()
+    pid = os.fork()
+    if pid:
+        b.close()
+        return pid, Connection(a.detach())
+    try:  # the child: one episode, then exit without running the parent's cleanup
+        a.close()
+        for c in close:
+            c.close()
+        gc.disable()  # a short life: no collection passes that would copy every page of the parent's heap
+        kid = Connection(b.detach())
+        while True:
+            try:
+                action = kid.recv()
+            except EOFError:
+                break
+            if action is None:
+                break
+            try:
+                kid.send(_step_result(env, ep, action))
+            except Exception as e:
+                kid.send(_error(e))
+    finally:
+        os._exit(0)
+
+
+def _worker(conn, spec, make_env):
+    """Holds engine objects (one per concurrent episode, reused) and the episodes' Python state. With
+    spec["fork_prefix"], the R resets of a group (one game, one prefix, in one batch) replay the prefix once:
+    the other R - 1 episodes are forked children of the first, right after its reset (_fork_episode)."""
+    envs, free, eps = [], [], {}  # eps: episode id -> (env index, episode dict)
+    kids = {}  # episode id -> (pid, Connection): forked episodes
+    fork = spec.get("fork_prefix", False)
+
+    def end_kid(eid):
+        pid, c = kids.pop(eid)
+        try:
+            c.send(None)
+        except OSError:
+            pass
+        c.close()
+        os.waitpid(pid, 0)
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            msg = None
+        if msg is None:
+            for eid in list(kids):
+                end_kid(eid)
+            return
+        out = [None] * len(msg)
+        sent = [j for j, req in enumerate(msg) if req[0] == "step" and req[1] in kids]
+        for j in sent:  # forked episodes play their steps while this process plays its own
+            try:
+                kids[msg[j][1]][1].send(msg[j][2])
+            except OSError:
+                out[j] = {"ok": False, "error": "episode process lost; episode lost"}
+        first = {}  # (gamefile, prefix) -> the episode of this batch that replayed it
+        for j, req in enumerate(msg):
+            if j in sent:
+                continue
+            try:
+                if req[0] == "reset":
+                    _, eid, gamefile, prefix = req
+                    if eid in kids:
+                        end_kid(eid)
+                    if eid in eps:
+                        free.append(eps.pop(eid)[0])
+                    key = (gamefile, tuple(prefix))
+                    # still at the prefix's end: nothing played after it (history)
+                    tpl = eps.get(first.get(key))
+                    if fork and prefix and tpl and len(tpl[1]["history"]) == len(prefix):
+                        i, ep = tpl
+                        kids[eid] = _fork_episode(envs[i], ep, [conn] + [c for _, c in kids.values()])
+                        out[j] = {"ok": True, **ep}
+                        continue
+                    if not free:
+                        envs.append(make_env(spec))
+                        free.append(len(envs) - 1)
+                    same = [k for k in free if envs[k].gamefile == gamefile]  # skip the load when possible
+                    i = same[-1] if same else free[-1]
+                    free.remove(i)
+                    try:
+                        ep = envs[i].reset(gamefile, prefix)
+                    except Exception:
+                        free.append(i)
+                        raise
+                    eps[eid], first[key] = (i, ep), eid
+                    out[j] = {"ok": True, **ep}
+                elif req[0] == "step":
+                    _, eid, action = req
+                    i, ep = eps[eid]
+                    out[j] = _step_result(envs[i], ep, action)
+                elif req[0] == "close":
+                    if req[1] in kids:
+                        end_kid(req[1])
+                    elif req[1] in eps:  # the engine keeps its game loaded for the next episode of it
+                        free.append(eps.pop(req[1])[0])
+                    out[j] = {"ok": True}
+                elif req[0] == "crash":  # test hook: die like a segfaulting engine would
+                    os._exit(3)
+                else:
+                    raise ValueError(f"unknown request {req[0]!r}")
+            except Exception as e:
+                out[j] = _error(e)
+        for j in sent:
+            if out[j] is None:
+                try:
+                    out[j] = kids[msg[j][1]][1].recv()
+                except (EOFError, OSError):
+                    out[j] = {"ok": False, "error": "episode process died; episode lost"}
+        conn.send(out)
+
+
+class EnvPool:
+    """`run(requests)` -> one result per request, in order. Requests: ("reset", eid, gamefile, prefix),
+    ("step", eid, action), ("close", eid). An episode lives on the worker its reset went to. A worker that
+    dies is restarted; its requests come back as {"ok": False, "error": "worker crashed ..."} and the rest of
+    the batch is unaffected. Create the pool before any CUDA initialisation."""
+
+    def __init__(self, num_workers=2, spec=None):
+        self.n, self.spec = max(1, num_workers), spec or {"env": "alfworld"}
+        self.procs, self.conns = [None] * self.n, [None] * self.n
+        self.restarts, self.home = 0, {}  # home: episode id -> worker
+        for w in range(self.n):
+            self._start(w)
+
+    def _start(self, w):
+        """A fresh interpreter per worker (not fork: safe after CUDA/vLLM init; not multiprocessing's spawn:
+        that would re-run a top-level script such as train.py), talking over a socketpair Connection."""
+        a, b = socket.socketpair()
+        code = (f"import sys; sys.path.insert(0, {ROOT!r}); import envs; from plumbing import pool; "
+                f"pool._worker_main({b.fileno()}, {json.dumps(self.spec)!r}, envs.make_env)")
+        self.procs[w] = subprocess.Popen([sys.executable, "-c", code], pass_fds=[b.fileno()])
+        b.close()
+        self.conns[w] = Connection(a.detach())
+
+    def run(self, requests):
+        # resets of one game go to one worker (its translation cache and loaded engines serve the whole
+        # group); distinct games of the call are spread round-robin; later requests follow their episode
+        games = sorted({r[2] for r in requests if r[0] == "reset"})
+        for r in requests:
+            if r[0] == "reset":
+                self.home[r[1]] = games.index(r[2]) % self.n
+        by_w = collections.defaultdict(list)
+        for j, req in enumerate(requests):
+            by_w[self.home.get(req[1], req[1] % self.n)].append(j)
+        for w, js in by_w.items():
+            try:
+                self.conns[w].send([requests[j] for j in js])
+            except (BrokenPipeError, OSError):
+                pass  # noticed on recv
+        results = [None] * len(requests)
+        for w, js in by_w.items():
+            try:
+                got = self.conns[w].recv()
+            except (EOFError, OSError, ConnectionResetError):
+                try:
+                    code = self.procs[w].wait(5)
+                except subprocess.TimeoutExpired:
+                    self.procs[w].kill()
+                    code = "killed"
+                got = [{"ok": False, "error": f"worker crashed (exit code {code}); episode lost"}] * len(js)
+                self.restarts += 1
+                self._start(w)
+            for j, r in zip(js, got):
+                results[j] = r
+        for r in requests:
+            if r[0] == "close":
+                self.home.pop(r[1], None)
+        return results
+
+    def kill_worker(self, w):  # test hook
+        self.procs[w].kill()
+        self.procs[w].wait()
+
+    def close(self):
+        for w in range(self.n):
+            try:
+                self.conns[w].send(None)
+            except Exception:
+                pass
+            try:
+                self.procs[w].wait(2)
+            except subprocess.TimeoutExpired:
+                self.procs[w].kill()
