@@ -8,4 +8,4 @@
 # 2-rank DDP and a 2-rank FSDP2 run). Exit 1 if a check fails.
 set -euo pipefail
 cd "$(dirname "$0")"
-exec python -m tools.bench gpu "$@"
+exec "${PYTHON:-python}" -m tools.bench gpu "$@"  # $PYTHON: an interpreter given by path

@@ -202,7 +202,7 @@ def test_paper_preset_two_nodes(tmp_path):
 def test_gpu_check_cpu_form():
     """bash gpu_check.sh --cpu: the GPU check's own code on the tiny model, so it cannot rot."""
     p = subprocess.run(["bash", "gpu_check.sh", "--cpu"], cwd=ROOT, capture_output=True, text=True, timeout=1200,
-                       env={**os.environ, "TQDM_DISABLE": "1"})
+                       env={**os.environ, "TQDM_DISABLE": "1", "PYTHON": sys.executable})
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     table = p.stdout[p.stdout.index("| phase |"):]
     for phase in ("engine (default runner) | ok", "reload_weights | ok", "train 2 steps | ok",
