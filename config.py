@@ -1,4 +1,4 @@
-"""One flat config for train.py, eval.py and bench.py (nanoGPT / CleanRL spirit).
+"""One flat config for train.py, eval.py and tools/bench.py (nanoGPT / CleanRL spirit).
 
 Every flag is a field of `Config` with a one-line help. A preset is a small Python file of
 assignments under config/ (cpu is the default; paper = docs/method.md §2 Table 5; released = docs/method.md
@@ -213,7 +213,7 @@ class Config:
     overwrite: bool = F(False, "out_dir already holds a run: clear its checkpoints, log and summary first")
 
 
-# ---- the one list of methods: run_all.sh's grid, eval.py's tables, bench.py's simulation, eval.py
+# ---- the one list of methods: run_all.sh's grid, eval.py's tables, tools/bench.py's simulation, eval.py
 # diagnose's replay and config/released.py read it. name -> (run_all.sh --only group, its flags beyond the
 # preset). Table sections follow the groups (report.TABLES); WebShop's entries are named ws_*. [beyond]
 # entries go in no grid.
@@ -258,14 +258,14 @@ METHODS = {
     # own wins or left unhinted
     "self_hints": ("hints", "--drop_walkthroughs 0.5 --hint_source self"),
     "half_hints": ("hints", "--drop_walkthroughs 0.5"),
-    # [beyond] rules beyond the paper (bench.py sched simulates them)
+    # [beyond] rules beyond the paper (python -m tools.bench sched simulates them)
     "online_clusters": ("beyond", "--cluster_mode online"),
     "proportional_mu": ("beyond", "--mu_update proportional"),
     "hybrid_probe": ("beyond", "--hybrid_probe 1"),
     "g2_ucb": ("beyond", "--scheduler g2_ucb"),
     "g2_mix": ("beyond", "--scheduler g2_mix"),
 }
-# the rollout-budget sweep of the paper's Figure 2b (bench.py sched, eval.py diagnose): probes vs Agent-G²
+# the rollout-budget sweep of the paper's Figure 2b (bench sched, eval.py diagnose): probes vs Agent-G²
 BUDGET = {"binary M=1": "--scheduler binary --max_probes 1",
           "binary M=2": "--scheduler binary --max_probes 2",
           "binary M=3": "--scheduler binary --max_probes 3",
@@ -285,7 +285,7 @@ def flag_values(flags):
 
 
 def scheduler_methods():
-    """[(name, config overrides)] of the methods that differ only in their depth rule: what bench.py sched
+    """[(name, config overrides)] of the methods that differ only in their depth rule: what `bench sched`
     simulates and eval.py diagnose replays (not the training variants, the 7B rows, WebShop's copies or whole
     presets)."""
     training = {"mode", "eta", "model", "parallel", "hint_source", "drop_walkthroughs", "preset"}

@@ -193,7 +193,7 @@ class AlfEnv(Env):
     @staticmethod
     def tasks(cfg, split, verbose=False):
         """The games of a split (gamegen.load_tasks), the training split's hints from --expert_data where it
-        has an entry (hints.py)."""
+        has an entry (plumbing/expert_data.py)."""
         task_types = cfg.task_types.split(",") if cfg.task_types else None
         tasks = load_tasks(split, cfg.games, cfg.cache_dir or None, task_types, verbose,
                            keep_unhinted=cfg.hint_source != "expert")
@@ -217,7 +217,7 @@ class AlfEnv(Env):
         if cache_translation:
             _cache_pddl2sas()
             _cache_textgen_parse()
-            if shallow_context:  # False only for bench.py's before/after row (the patches are process-wide)
+            if shallow_context:  # False only for bench's before/after row (the patches are process-wide)
                 _shallow_textgen_context()
         infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
         self.env = AlfredInfos(AlfredDemangler(PddlEnv(infos), shuffle=False))

@@ -1,6 +1,6 @@
 """Hint-free evaluation: the panel (every game once) and the authors' protocol (their seeded draw), in the
 loop and from the command line; the CLI also runs the diagnostic (diagnose.py) and the tables and figure
-(report.py).
+(plumbing/report.py).
 
     python eval.py panel --model CKPT [--split valid_unseen] [--games builtin|official] [--seeds 0 1 2] \
         [--decode greedy|sampled]

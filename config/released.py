@@ -20,7 +20,7 @@ webshop_setting = "authors"    # --env webshop: env.webshop.use_small, human_goa
 webshop_split = "authors"
 scheduler = "g2"
 # The released code's depth rules: config.METHODS["released_rules"], the one list the CPU grid
-# and bench.py read too.
+# and tools/bench.py read too.
 # The launcher that matches the paper's method (examples/gmsv_trainer/run_alfworld.sh at commit e065918) adds
 # dynamic sigma, the band 0.5 / 0.5 and prefix SFT at 0.5 to the yaml; the other stored launcher (1df588)
 # does not: --sigma_mode fixed --acc_low 0.4 --acc_high 0.6 --eta 0 gives that one (docs/gpu.md).

@@ -9,8 +9,8 @@ subset, the batch order, and a warning for length clusters that can never hold a
 Each environment loads its own splits: ALFWorld's games (plumbing/gamegen.py load_tasks: the built-in set in
 data/alfworld_builtin.tar.gz, or the official games in $ALFWORLD_DATA/json_2.1.1), WebShop's goals
 (plumbing/webshop.py load_webshop_tasks). A task's "walkthrough" is its expert trajectory: the game's own, or
-the authors' expert data where --expert_data has an entry (hints.py); WebShop's come from that data or the
-scripted expert.
+the authors' expert data where --expert_data has an entry (plumbing/expert_data.py); WebShop's come from
+that data or the scripted expert.
 """
 import numpy as np
 
@@ -21,8 +21,8 @@ from scheduler import make_clusters
 
 def tasks_for(cfg, split, verbose=False):
     """The tasks of a split for the configured environment (--env: its entry's `tasks`). The training
-    split's expert trajectories come from --expert_data where it has an entry (hints.py), else from each
-    task's own."""
+    split's expert trajectories come from --expert_data where it has an entry (plumbing/expert_data.py),
+    else from each task's own."""
     return env_class(cfg.env).tasks(cfg, split, verbose)
 
 

@@ -505,7 +505,7 @@ def load_webshop_tasks(split, spec, cache=None, expert_data="", verbose=False, o
     ranges of WEBSHOP_SPLITS; ALFWorld's valid_* names mean 'eval').
     gamefile = the goal index. Evaluation splits keep every goal of their range (hint-free evaluation needs no
     walkthrough). The train split keeps the goals with a hint: the authors' expert entry of the goal's target
-    key (expert_data, hints.py; with its thinks), else a reward-1 walkthrough of the scripted expert (for the
+    key (plumbing/expert_data; with its thinks), else a reward-1 walkthrough of the scripted expert (for the
     official backend cached under `cache`, failures included, keyed by the goal list, since playing ~10k goals
     takes a while). only: a subset of goal indices to keep (a seeded sample, e.g. the contract test on a real
     install)."""

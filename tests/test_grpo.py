@@ -641,7 +641,7 @@ def readme_term(tmp_path, monkeypatch):
 
 def test_the_readme_loss_term_runs_as_one_file(tiny, tmp_path, monkeypatch):
     """The README's term, selected with --loss_terms: built by make_terms, its stat in Update.batch's output (so in
-    log.jsonl) and on the step line, with no edit to grpo.py, train.py or report.py."""
+    log.jsonl) and on the step line, with no edit to grpo.py, train.py or plumbing/report.py."""
     import sys
     from plumbing.report import step_line
     name = readme_term(tmp_path, monkeypatch)

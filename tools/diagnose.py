@@ -80,7 +80,7 @@ def band_of(p, lo=0.4, hi=0.6):
 
 
 def replay(curves, cfg, train_tasks, rules, step=0, sched_state=None, draws=50, seed=0):
-    """Each scheduler's rule picks a depth for every measured task, as in training (the real Scheduler code),
+    """Each scheduler's rule picks a depth for every measured task, as in training (scheduler.make_rule),
     and probe methods probe the measured curves (R Bernoulli draws at the measured p). A task group lands
     under, in or over the band by the measured p at the chosen depth (nearest measured depth). rules: [(label,
     overrides)]; the label "Agent-G2 (checkpoint state)" loads sched_state. -> {label: {"under", "in", "over",
