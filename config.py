@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass, field
 
 from envs import ENVS, EnvNames, env_class  # the environments' registry: --env's names, checked in validate
+from plumbing.classes import load_class
 from plumbing.gamegen import default_cache, official_root  # noqa: F401  (official_root: check_data, tests)
 
 
@@ -496,16 +497,8 @@ def variant(kind, name):
     """The object class that the config names for a fork point: `name` in the REGISTRY dict of
     variants/<kind>.py (rules, hints, losses, replies, players), or 'module:Class', a file of your own,
     importable from the working directory. An unknown name raises ValueError in one line."""
-    import importlib
     if ":" in name:
-        module_name, _, class_name = name.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as e:
-            raise ValueError(f"{name}: cannot import {module_name!r} ({e})") from None
-        if not hasattr(module, class_name):
-            raise ValueError(f"{name}: no class {class_name!r} in {module.__file__}")
-        return getattr(module, class_name)
+        return load_class(name, name)
     registry = variant_registry(kind)
     if name not in registry:
         label = {"rules": "scheduler"}.get(kind, f"{kind} variant")

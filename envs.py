@@ -23,12 +23,12 @@ loads both). Engine facts this file works around (each in one small function):
 """
 import argparse
 import functools
-import importlib
 import os
 import re
 import sys
 import time
 
+from plumbing.classes import load_class
 from plumbing.gamegen import (BUILTIN, BUILTIN_TAR, HERE, INVALID_OBS, _alfworld_env, length_table,
                               load_tasks, make_builtin, make_games, official_root)
 from plumbing.pool import EnvPool  # noqa: F401  (re-exported: the worker pool that plays these envs)
@@ -307,18 +307,10 @@ def env_class(name):
     if not isinstance(name, str) or not re.fullmatch(r"[\w.]+:\w+", name):
         raise ValueError(f"--env {name!r}: no such environment; expected one of {list(ENVS)} or module:Class "
                          "(a class of your own, README \"Hack it\")")
-    module_name, _, class_name = name.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ValueError(f"--env {name}: cannot import {module_name!r} ({e}); put its file beside train.py "
-                         "or its folder on PYTHONPATH") from None
-    cls = getattr(module, class_name, None)
-    if cls is None:
-        raise ValueError(f"--env {name}: no class {class_name!r} in {module.__file__}")
+    cls = load_class(name, f"--env {name}")
     missing = [m for m in ENTRY_NAMES if not hasattr(cls, m)]
     if missing:
-        raise ValueError(f"--env {name}: {class_name} lacks {', '.join(missing)} (subclass envs.Env)")
+        raise ValueError(f"--env {name}: {cls.__name__} lacks {', '.join(missing)} (subclass envs.Env)")
     return cls
 
 
