@@ -46,9 +46,9 @@ class ExpertSource:
     """The paper's hint source: each task's expert trajectory (its walkthrough, or the authors' expert data
     that plumbing/expert_data.py put in its place, with its thinks); learns nothing. A hint source has
     hint(task) -> Hint | None, asked once per task per step (the scheduler's L and the rollout's prefix come
-    from that one answer; and at setup once per training task, after observe() once per task it reported
-    changed, for its L); observe(every rank's episodes of a step: {"task_id", "won", "error", "played"}) ->
-    the task ids whose hint changed; state_dict() / load_state_dict(sd) (JSON, saved in every checkpoint).
+    from that one answer) and at setup once per training task; observe(every rank's episodes of a step:
+    {"task_id", "won", "error", "played"}) -> the task ids whose hint changed; state_dict() /
+    load_state_dict(sd) (JSON, saved in every checkpoint).
     hint() depends on the task and the source's own state alone, which changes only in observe(); every rank
     asks the same questions in the same order, so a source that draws at random draws from its own seeded
     generator, kept in its state_dict. Others: variants/hints.py; a file of your own, --hint_source

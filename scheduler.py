@@ -95,7 +95,7 @@ class G2:
     def cluster_values(self, p, flags, members):  # what a cluster's A_k / V_k average: its tasks' means
         return p[members]
 
-    def set_length(self, task_id, L):  # a task's hint changed: its cluster follows its new length
+    def set_length(self, task_id, L):  # its cluster follows its hint's length (a new or changed hint)
         self.cluster[task_id] = int(np.searchsorted(self.thresholds, float(L), side="left"))
 
     def stats(self):  # what the log shows

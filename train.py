@@ -100,7 +100,6 @@ def hint_len(hint):  # L: the length of a hint's actions; None without any (play
 
 
 lengths = [hint_len(hints.hint(t)) for t in train_tasks]  # L per training task (None: no hint yet)
-known_L = {t["id"]: L for t, L in zip(train_tasks, lengths) if L is not None}  # the lengths the scheduler has
 if master:
     print(length_table(train_tasks))
     print(f"[hints] {cfg.hint_source}: {sum(L is not None for L in lengths)} "
@@ -258,13 +257,12 @@ def run_eval(step):
 
 
 def scheduler_view(tasks, task_hints):
-    """What the scheduler sees of the step's tasks: id, L (None: no hint) and the hint's actions. A hint found
-    or shortened since (hints.observe) first moves its task's cluster to its new length."""
+    """What the scheduler sees of the step's tasks: id, L (None: no hint) and the hint's actions. Each hinted
+    task's cluster follows its hint's length (set_length: a no-op unless the hint is new or changed since)."""
     view = [{"id": t["id"], "L": hint_len(h), "actions": h.actions if h else []}
             for t, h in zip(tasks, task_hints)]
     for v in view:
-        if v["L"] is not None and known_L.get(v["id"]) != v["L"]:
-            known_L[v["id"]] = v["L"]
+        if v["L"] is not None:
             sched.set_length(v["id"], v["L"])
     return view
 
