@@ -124,18 +124,30 @@ def trie_options(response, allowed):
     """For each position j of `response`, the allowed next tokens: {s[j] for s in allowed that agree with
     response[:j]}. response: token ids; allowed: token-id sequences of every admissible reply, each ending
     with EOS, or with FREE: after that literal start anything may follow (a free-text slot, e.g. a search
-    query).
+    query); or the trie that build_trie made of them.
     -> list (len(response)) of sorted lists, or None where a free slot is open (the whole vocabulary); an
     empty list means the prefix left the trie (never for a reply the constrained engine produced)."""
-    out, alive, free = [], list(allowed), False
-    for j, t in enumerate(response):
-        free = free or any(len(s) > j and s[j] == FREE for s in alive)  # once in a free slot, to the end
-        if free:
-            out.append(None)
-            continue
-        out.append(sorted({s[j] for s in alive if len(s) > j}))
-        alive = [s for s in alive if len(s) > j and s[j] == t]
+    node, out = allowed if isinstance(allowed, dict) else build_trie(allowed), []
+    for t in response:
+        if node is None or FREE in node:  # once in a free slot, to the end
+            out += [None if node is not None else []] * (len(response) - len(out))
+            break
+        out.append(sorted(node))
+        node = node.get(t)
     return out
+
+
+def build_trie(allowed):
+    """Token sequences (trie_options' `allowed`) -> nested dicts {token: child}; a FREE key opens a free-text
+    slot (nothing after it is kept). One walk from the root gives a position's options (trie_options)."""
+    root = {}
+    for s in allowed:
+        node = root
+        for t in s:
+            node = node.setdefault(t, {})
+            if t == FREE:
+                break
+    return root
 
 
 def pad_options(options, T, device=None):

@@ -15,7 +15,9 @@ Each turn, every live episode of the batch generates in one engine call; finishe
 steps appear in the history exactly like the agent's own and count against max_steps.
 """
 import contextlib
+import functools
 import itertools
+import json
 import logging
 import os
 import random
@@ -26,7 +28,7 @@ from typing import NamedTuple
 import torch
 
 from envs import env_class
-from grpo import FREE, pad_options, response_logprobs, token_logprobs, trie_options
+from grpo import FREE, build_trie, pad_options, response_logprobs, token_logprobs, trie_options
 from plumbing.parallel import kv_bytes_per_token
 
 
@@ -143,9 +145,17 @@ def target_think(thinks, t, cfg):
 
 def chat_ids(tok, message):
     """The chat template around one user message, tokenised, with the assistant's turn opened."""
-    ids = tok.apply_chat_template([{"role": "user", "content": message}], add_generation_prompt=True,
-                                  tokenize=True, return_dict=False)
-    return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+    return chat_ids_batch(tok, [message])[0]
+
+
+def chat_ids_batch(tok, messages):
+    """chat_ids of several messages in one call: the template renders each, and the tokenizer encodes the
+    batch at once (the same ids as one at a time)."""
+    if not messages:
+        return []
+    ids = tok.apply_chat_template([[{"role": "user", "content": m}] for m in messages],
+                                  add_generation_prompt=True, tokenize=True, return_dict=False)
+    return [list(x) for x in (ids["input_ids"] if isinstance(ids, dict) else ids)]
 
 
 def encode_prompt(tok, message, max_tokens):
@@ -168,6 +178,17 @@ def fit_prompt(tok, task, room, history, obs, admissible, step, cfg, hint=""):
             return ids, j > first
     head = cfg.max_prompt_tokens // 4
     return ids[:head] + ids[len(ids) - (cfg.max_prompt_tokens - head):], True
+
+
+def fit_prompts(tok, turns, cfg):
+    """fit_prompt for a turn's episodes at once, turns: [(task, room, history, obs, admissible, step, hint)]
+    -> [(ids, truncated?)]. The prompts as they would show are tokenised in one batch (chat_ids_batch); one
+    over --max_prompt_tokens goes through fit_prompt's loop."""
+    first = [max(0, len(t[2]) - cfg.history_length) if cfg.prompt == "full" else 0 for t in turns]
+    whole = chat_ids_batch(tok, [user_message(task, room, history[j:], obs, admissible, step, cfg, hint)
+                                 for j, (task, room, history, obs, admissible, step, hint) in zip(first, turns)])
+    return [(ids, False) if len(ids) <= cfg.max_prompt_tokens else fit_prompt(tok, *t, cfg)
+            for ids, t in zip(whole, turns)]
 
 
 def parse_action(text, finished=True):
@@ -228,10 +249,16 @@ def _free_head():
 def choice_ids(tok, commands):
     """Token sequences of every allowed reply (constrained decoding). A command with a free-text slot
     (WebShop's 'search[<query>]') allows its literal start, then anything (grpo.FREE): the query is the
-    policy's own text."""
+    policy's own text. Each command is tokenised once per tokenizer (_choice: a turn asks again for most)."""
+    return [list(_choice(tok, c)) for c in commands]
+
+
+@functools.lru_cache(65536)
+def _choice(tok, command):
     from plumbing.webshop import SEARCH_ACTION
-    return [tok.encode(_free_head(), add_special_tokens=False) + [FREE] if c == SEARCH_ACTION else
-            tok.encode(expert_reply(c), add_special_tokens=False) + [tok.eos_token_id] for c in commands]
+    if command == SEARCH_ACTION:
+        return tuple(tok.encode(_free_head(), add_special_tokens=False)) + (FREE,)
+    return tuple(tok.encode(expert_reply(command), add_special_tokens=False)) + (tok.eos_token_id,)
 
 
 def expert_ids(tok, action, think=None):
@@ -382,7 +409,7 @@ class VLLMEngine:
             params.append(SamplingParams(n=1, temperature=temperature, top_p=1.0,
                                          top_k=0 if temperature > 0 else -1,
                                          max_tokens=max_new_tokens, logprobs=0, seed=rs,
-                                         extra_args={"allowed": allowed[i]} if allowed is not None else None))
+                                         extra_args=None if allowed is None else {"allowed": allowed_arg(allowed[i])}))
         res = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         out = []
         for r in res:
@@ -433,6 +460,20 @@ def engine_kwargs(model_path, dtype, seed, max_model_len, gpu_mem, kv_gb,
     return kw, env
 
 
+def allowed_arg(allowed):
+    """One request's admissible replies (token sequences) as SamplingParams.extra_args carries them: a JSON
+    string. vLLM deep-copies every request's SamplingParams and walks each list in extra_args to check its
+    integers (vllm/sampling_params.py: clone, _verify_extra_args); one string costs neither."""
+    return json.dumps(allowed, separators=(",", ":"))
+
+
+@functools.lru_cache(4096)
+def allowed_trie(arg):
+    """allowed_arg's string -> grpo.build_trie's trie, built once per distinct admissible set (the R episodes
+    of a group often share one). Read only."""
+    return build_trie(json.loads(arg))
+
+
 def trie_mask_processor():
     """The vLLM side of constrained decoding (vLLM 0.32's v1 logits-processor interface): a request whose
     SamplingParams.extra_args carry "allowed" (token sequences of the admissible replies) may only continue
@@ -449,9 +490,10 @@ def trie_mask_processor():
             allowed = (params.extra_args or {}).get("allowed")
             if not allowed:
                 return None
+            root = allowed_trie(allowed) if isinstance(allowed, str) else build_trie(allowed)
 
             def mask(output_ids, logits):  # logits [V] of one request
-                keep = trie_options(list(output_ids) + [-1], allowed)[-1]
+                keep = trie_options(list(output_ids) + [-1], root)[-1]
                 if keep is None:  # inside a free-text slot
                     return logits
                 out = torch.full_like(logits, float("-inf"))
@@ -589,13 +631,11 @@ def rollout(engine, pool, tok, groups, cfg, seed=0, reply=None):
         live = [e for e in eps if not e["done"]]
         if not live:
             break
-        prompts = []
-        for e in live:
-            ids, tr = fit_prompt(tok, e["goal"], e["room"], e["history"], e["obs"], e["admissible"],
-                                 e["steps"], cfg, e["text"])
-            st["truncated"] += tr
-            st["prompts"] += 1
-            prompts.append(ids)
+        fitted = fit_prompts(tok, [(e["goal"], e["room"], e["history"], e["obs"], e["admissible"], e["steps"],
+                                    e["text"]) for e in live], cfg)
+        prompts = [ids for ids, _ in fitted]
+        st["truncated"] += sum(tr for _, tr in fitted)
+        st["prompts"] += len(live)
         allowed = [choice_ids(tok, e["admissible"]) for e in live] if cfg.constrained else None
         t0 = time.time()
         outs = engine.generate(prompts, cfg.max_new_tokens, cfg.temperature, seed * 1000 + turn, allowed)
