@@ -199,6 +199,8 @@ class Config:
     loss_agg: str = F("token-mean", "token-mean | seq-mean-token-sum | seq-mean-token-mean | "
                       "episode (grpo.py)")
     micro_batch: int = F(16, "rows per forward/backward micro-batch")
+    pack_tokens: int = F(512, "rows that share a prompt prefix share one forward sequence of up to this many "
+                         "tokens (a turn and the turns before it; 0: one padded sequence a row)")
     ppo_mini_batch: int = F(0, "step rows (global) per optimizer step; a batch takes several in order "
                             "(0 = one step)")
     entropy_coef: float = F(0.0, "entropy bonus on the policy's tokens (verl's entropy_coeff)")
