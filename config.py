@@ -79,7 +79,7 @@ class Config:
                           "a rank plays at once (rollout.kv_cache_gb); > 0: that size; "
                           "< 0: vLLM's own, from vllm_mem")
     vllm_log: str = F("quiet", "quiet: hide vLLM start-up notices that need no action (CPU build: "
-                      "tcmalloc, thread binding, Triton; rollout.VLLM_NOISE) | all: every vLLM message")
+                      "tcmalloc, thread binding, Triton; plumbing/vllm_log.py) | all: every vLLM message")
     vllm_sleep: bool = F(False, "put vLLM to sleep during the update to free GPU memory")
     mem_cap_gb: float = F(0.0, "GPU: cap this process's PyTorch allocations at N GiB "
                           "(emulate a smaller card); 0 = off")

@@ -36,6 +36,7 @@ import math
 
 import torch
 
+from plumbing.packing import pack_rows, packed_logits, packed_micro_batches
 from plumbing.parallel import all_max, all_sum, reduce_dict
 
 AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "episode")
@@ -471,8 +472,8 @@ def response_logprobs(model, rows, pad_id, device="cpu", temperature=1.0, entrop
     entropy=True also the entropy of that distribution per position ([b, n], token_logprobs_entropy; lp is
     the same either way). Only the response positions get logits (logits_to_keep): full-vocabulary logits
     over whole sequences would dominate activation memory (151,936 x 2.5k tokens = 1.5 GB per row in fp32
-    for Qwen2.5). pack > 0: rows that share a prefix share its forward pass (pack_rows, at most `pack`
-    tokens a sequence); 0: one left-padded sequence a row."""
+    for Qwen2.5). pack > 0: rows that share a prefix share its forward pass (plumbing/packing.py, at most
+    `pack` tokens a sequence); 0: one left-padded sequence a row."""
     n = max(len(r["response_ids"]) for r in rows)
     # mask, targets: [b, n]
     mask = torch.tensor([[1.0] * len(r["response_ids"]) + [0.0] * (n - len(r["response_ids"])) for r in rows])
@@ -482,7 +483,7 @@ def response_logprobs(model, rows, pad_id, device="cpu", temperature=1.0, entrop
     mask, targets = mask.to(device), targets.to(device)
     packs = [p for _, p in pack_rows(rows, pack)] if pack else None
     if packs and len(packs) < len(rows):
-        logits = _packed_logits(model, rows, packs, n, pad_id, device)  # [b, n, V]
+        logits = packed_logits(model, rows, packs, n, pad_id, device)  # [b, n, V]
     else:  # prompts left-padded so every response starts at column P; position ids keep RoPE as unpadded
         P = max(len(r["prompt_ids"]) for r in rows)
         input_ids = torch.full((len(rows), P + n), pad_id, dtype=torch.long)  # [b, P + n]
@@ -503,85 +504,6 @@ def response_logprobs(model, rows, pad_id, device="cpu", temperature=1.0, entrop
         return lp * mask, mask, ent * mask
     lp = token_logprobs(logits, targets, opts, temperature)  # [b, n]
     return lp * mask, mask
-
-
-def pack_rows(rows, limit):
-    """Rows, in order, into packs: a row joins the pack before it when at most half of its tokens are new to
-    the pack (the rest is a prefix some row of the pack already has: a turn after the previous turn of its
-    episode, the R episodes of a group) and the pack stays within `limit` tokens.
-    -> [(the pack's tokens, [row index])]."""
-    packs, trie = [], None
-    for b, r in enumerate(rows):
-        seq = _scored_seq(r)
-        node, shared = trie, 0
-        while node is not None and shared < len(seq) and seq[shared] in node:
-            node, shared = node[seq[shared]], shared + 1
-        new = len(seq) - shared
-        if trie is None or 2 * new > len(seq) or packs[-1][0] + new > limit:
-            packs.append((0, []))
-            trie, new = {}, len(seq)
-        packs[-1] = (packs[-1][0] + new, packs[-1][1] + [b])
-        node = trie
-        for t in seq:
-            node = node.setdefault(t, {})
-    return packs
-
-
-def _scored_seq(r):
-    # the tokens a row's forward reads: its prompt and response but the last token (a target only)
-    return r["prompt_ids"] + r["response_ids"][:-1]
-
-
-def _packed_logits(model, rows, packs, n, pad_id, device):
-    """The response logits of `rows` ([b, n, V]) from one sequence per pack: each distinct prefix of a pack's
-    rows once (a token trie), each token attending to its own prefix alone (a [packs, 1, S, S] boolean mask)
-    at its position in its row, so every row sees what it would see alone. A pack's scored tokens (the last
-    prompt token and the response but its last token, of every row) come last and the packs are left-padded,
-    so the logits of the last K columns hold them all (logits_to_keep, as unpacked)."""
-    seqs, where = [], []  # where: per row, the packed column of each scored position
-    for pk in packs:
-        index, parent, depth, scored = {}, [], [], set()  # index: (parent node, token) -> node
-        paths = []
-        for b in pk:
-            r, node, path = rows[b], -1, []
-            for t in _scored_seq(r):
-                key = (node, t)
-                if key not in index:
-                    index[key] = len(parent)
-                    parent.append(node)
-                    depth.append(len(path))
-                node = index[key]
-                path.append(node)
-            p = len(r["prompt_ids"])
-            scored.update(path[p - 1:p - 1 + len(r["response_ids"])])
-            paths.append(path)
-        token = [t for (_, t) in sorted(index, key=index.get)]
-        order = [i for i in range(len(parent)) if i not in scored] + sorted(scored)  # scored nodes last
-        seqs.append((token, parent, depth, order, paths, len(scored)))
-    S, K = max(len(s[0]) for s in seqs), max(s[5] for s in seqs)
-    input_ids = torch.full((len(packs), S), pad_id, dtype=torch.long)  # [packs, S]
-    positions = torch.zeros((len(packs), S), dtype=torch.long)
-    allowed = torch.zeros((len(packs), 1, S, S), dtype=torch.bool)  # [packs, 1, S, S]: query attends key
-    allowed[:, 0].diagonal(dim1=-2, dim2=-1).fill_(True)  # a padding column attends itself: no empty softmax
-    rows_at = [None] * len(rows)
-    for k, (pk, (token, parent, depth, order, paths, _)) in enumerate(zip(packs, seqs)):
-        col = {node: S - len(order) + j for j, node in enumerate(order)}  # left-padded
-        cols = torch.tensor([col[i] for i in range(len(parent))])
-        input_ids[k, cols] = torch.tensor(token)
-        positions[k, cols] = torch.tensor(depth)
-        for b, path in zip(pk, paths):
-            c = cols[path]  # [len(path)]: the row's columns, in its order
-            allowed[k, 0, c[:, None], c[None, :]] = torch.ones(len(c), len(c), dtype=torch.bool).tril()
-            p = len(rows[b]["prompt_ids"])
-            rows_at[b] = (k, c[p - 1:p - 1 + len(rows[b]["response_ids"])] - (S - K))
-    out = model(input_ids=input_ids.to(device), attention_mask=allowed.to(device),
-                position_ids=positions.to(device), logits_to_keep=K, use_cache=False).logits  # [packs, K, V]
-    logits = out.new_zeros((len(rows), n, out.shape[-1]))  # [b, n, V]; padding positions stay 0 (masked)
-    pick_k = torch.tensor([k for k, c in rows_at for _ in c])
-    pick_c = torch.cat([c for _, c in rows_at]).to(out.device)
-    pick_b = torch.tensor([b for b, (_, c) in enumerate(rows_at) for _ in c])
-    pick_j = torch.cat([torch.arange(len(c)) for _, c in rows_at])
-    return logits.index_put((pick_b.to(out.device), pick_j.to(out.device)), out[pick_k.to(out.device), pick_c])
 
 
 class Update:
@@ -678,22 +600,12 @@ class Update:
                                  self.cfg.pack_tokens)
 
     def micro_batches(self, rows):
-        """Up to --micro_batch rows each. Rows sorted by length (less padding), or, where rows share prefixes
-        (--pack_tokens: pack_rows), whole packs sorted by their tokens: a task's rows in turn order, so each
-        turn follows the turn before it and the first turns of a group follow each other."""
+        """Up to --micro_batch rows each: whole packs of rows that share prefixes (plumbing/packing.py), or
+        rows sorted by length (less padding) where none do or --pack_tokens is 0."""
         mb = self.cfg.micro_batch
-        if self.cfg.pack_tokens:
-            rows = sorted(rows, key=lambda r: (r["gid"], r.get("eid", 0), r["t"]))
-            packs = sorted(pack_rows(rows, self.cfg.pack_tokens), key=lambda p: p[0])
-            if len(packs) < len(rows):
-                out = [[]]
-                for _, pk in packs:
-                    if out[-1] and len(out[-1]) + len(pk) > mb:
-                        out.append([])
-                    out[-1] += [rows[b] for b in pk]
-                return out
+        packed = packed_micro_batches(rows, self.cfg.pack_tokens, mb) if self.cfg.pack_tokens else None
         rows = sorted(rows, key=lambda r: len(r["prompt_ids"]) + len(r["response_ids"]))
-        return [rows[i:i + mb] for i in range(0, len(rows), mb)]
+        return packed or [rows[i:i + mb] for i in range(0, len(rows), mb)]
 
     # per-row lists of per-token values -> [b, T] like the trainer's log-probs
     def padded(self, mb, key, like):

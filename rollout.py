@@ -30,6 +30,7 @@ import torch
 from envs import env_class
 from grpo import FREE, build_trie, pad_options, response_logprobs, token_logprobs, trie_options
 from plumbing.parallel import kv_bytes_per_token
+from plumbing.vllm_log import quiet_vllm
 
 
 # ----------------------------------------------------------------------------------------------
@@ -149,12 +150,9 @@ def chat_ids(tok, message):
 
 
 def chat_ids_batch(tok, messages):
-    """chat_ids of several messages in one call: the template renders each, and the tokenizer encodes the
-    batch at once (the same ids as one at a time)."""
-    if not messages:
-        return []
-    ids = tok.apply_chat_template([[{"role": "user", "content": m}] for m in messages],
-                                  add_generation_prompt=True, tokenize=True, return_dict=False)
+    """chat_ids of several messages, the batch encoded at once (the same ids as one at a time)."""
+    chats = [[{"role": "user", "content": m}] for m in messages]
+    ids = chats and tok.apply_chat_template(chats, add_generation_prompt=True, return_dict=False)
     return [list(x) for x in (ids["input_ids"] if isinstance(ids, dict) else ids)]
 
 
@@ -181,13 +179,12 @@ def fit_prompt(tok, task, room, history, obs, admissible, step, cfg, hint=""):
 
 
 def fit_prompts(tok, turns, cfg):
-    """fit_prompt for a turn's episodes at once, turns: [(task, room, history, obs, admissible, step, hint)]
-    -> [(ids, truncated?)]. The prompts as they would show are tokenised in one batch (chat_ids_batch); one
-    over --max_prompt_tokens goes through fit_prompt's loop."""
+    """fit_prompt for a turn, turns: [(task, room, history, obs, admissible, step, hint)]; the prompts in one
+    batch, one over --max_prompt_tokens through fit_prompt's loop. -> [(ids, truncated?)]"""
     first = [max(0, len(t[2]) - cfg.history_length) if cfg.prompt == "full" else 0 for t in turns]
-    whole = chat_ids_batch(tok, [user_message(task, room, history[j:], obs, admissible, step, cfg, hint)
-                                 for j, (task, room, history, obs, admissible, step, hint) in zip(first, turns)])
-    return [(ids, False) if len(ids) <= cfg.max_prompt_tokens else fit_prompt(tok, *t, cfg)
+    whole = chat_ids_batch(tok, [user_message(task, room, history[j:], obs, adm, step, cfg, hint)
+                                 for j, (task, room, history, obs, adm, step, hint) in zip(first, turns)])
+    return [(ids, False) if len(ids) <= cfg.max_prompt_tokens else fit_prompt(tok, *t[:6], cfg, t[6])
             for ids, t in zip(whole, turns)]
 
 
@@ -409,7 +406,8 @@ class VLLMEngine:
             params.append(SamplingParams(n=1, temperature=temperature, top_p=1.0,
                                          top_k=0 if temperature > 0 else -1,
                                          max_tokens=max_new_tokens, logprobs=0, seed=rs,
-                                         extra_args=None if allowed is None else {"allowed": allowed_arg(allowed[i])}))
+                                         extra_args=None if allowed is None
+                                         else {"allowed": allowed_arg(allowed[i])}))
         res = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         out = []
         for r in res:
@@ -503,44 +501,6 @@ def trie_mask_processor():
                 return out
             return mask
     return TrieMask
-
-
-VLLM_NOISE = {  # logger -> starts of messages that ask nothing of a user of this repo (vLLM 0.32, CPU build)
-    "vllm.engine.arg_utils": ("The global random seed is set",),  # we seed on purpose, in-process
-    "vllm.config.vllm": ("Enforce eager set", "Inductor compilation was disabled",
-                         "Model Runner V2 requires Triton"),
-    "vllm.platforms.cpu": ("Triton is not installed", "Reset SSM cache type"),
-    "vllm.triton_utils.importing": ("Triton is installed, but doesn't include CPU backend",),
-    "vllm.v1.worker.cpu_worker": ("libtcmalloc is not found", "libiomp is not found",
-                                  "CPU backend doesn't allow to use `torch.set_num_threads`"),
-    # reload_weights, at every sync: the layerwise reloader counts the rotary embedding's cos/sin cache as a
-    # loadable tensor, finds no checkpoint weight for it (no checkpoint has it) and puts the cache back
-    # unchanged; the per-step sync check (sync_err in log.jsonl) shows the synced engine scores as the trainer
-    "vllm.model_executor.model_loader.reload.layerwise": ("RotaryEmbedding: Failed to load weights",),
-}
-
-
-class DropNotices(logging.Filter):
-    """A logging filter that drops records whose message starts with one of `starts`."""
-
-    def __init__(self, starts):
-        super().__init__()
-        self.starts = tuple(starts)
-
-    def filter(self, record):
-        return not record.getMessage().startswith(self.starts)
-
-
-def quiet_vllm():
-    """--vllm_log quiet (the default): drop the notices of VLLM_NOISE and the FutureWarnings raised in vLLM's
-    own frames (one raised with stacklevel >= 2 is attributed to its caller and still shows); every other
-    warning passes. Filters sit on the named loggers themselves, because vLLM replaces its handlers
-    (logging.config.dictConfig) when the engine is built. Idempotent. --vllm_log all: not called."""
-    warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm\.")
-    for name, starts in VLLM_NOISE.items():
-        lg = logging.getLogger(name)
-        if not any(isinstance(f, DropNotices) and f.starts == starts for f in lg.filters):
-            lg.addFilter(DropNotices(starts))
 
 
 def kv_cache_gb(model_path, seqs, max_model_len, dtype_bytes=2):

@@ -678,3 +678,89 @@ def test_the_readme_loss_term_in_a_training_run(tmp_path, monkeypatch):
     (rec,) = [json.loads(line) for line in open(out / "log.jsonl") if '"eval"' not in line]
     assert rec["term_stats"] == ["sil"] and rec["sil"] == rec["sil"]  # logged, finite
     assert f" sil {rec['sil']:.4g} |" in p.stdout + p.stderr
+
+
+# ---- rows that share a prefix share a forward pass (--pack_tokens)
+def test_pack_rows_by_hand():
+    """pack_rows reads a row's prompt and response but its last token. Row 1 repeats row 0's 4 tokens and adds 2
+    (2 of 6 new: joins, 6 tokens; over a limit of 5 it starts a pack of its own); row 2 shares 1 of its 4 with
+    rows 0-1 (3 new > half: a new pack); row 3 shares 3 of 4 with row 2 (1 new: 5 tokens); row 4 shares 4 of 6
+    with row 3 (2 new: 7 tokens, over a limit of 5)."""
+    from plumbing.packing import pack_rows
+    row = lambda p, r: {"prompt_ids": p, "response_ids": r}  # noqa: E731
+    rows = [row([1, 2, 3], [4, 9]), row([1, 2, 3, 4, 5], [6, 9]), row([1, 7, 8], [5, 9]),
+            row([1, 7, 8], [6, 9]), row([1, 7, 8, 6], [2, 3, 9])]
+    assert pack_rows(rows[:2], 100) == [(6, [0, 1])]
+    assert pack_rows(rows, 5) == [(4, [0]), (6, [1]), (5, [2, 3]), (6, [4])]
+    assert pack_rows(rows, 100) == [(6, [0, 1]), (7, [2, 3, 4])]
+
+
+ROOM = "room: armchair 1, bed 1, cabinet 1, desk 1, drawer 2, drawer 1, dresser 1, garbagecan 1, sidetable 1"
+
+
+def shared_rows(tok, n_groups=2, episodes=2, turns=3):
+    """Rows as an episode makes them: turn t's prompt is the task, the actions done so far and the current
+    observation, so each turn repeats most of the turn before it; the first turns of a group are equal. Every
+    other row carries its trie of admissible replies."""
+    enc = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
+    reply = lambda a: enc(f"<action>{a}</action>") + [tok.eos_token_id]  # noqa: E731
+    rows = []
+    for g in range(n_groups):
+        for e in range(episodes):
+            for t in range(turns):
+                done = " | ".join(ACTS[(g + e + k) % 6] for k in range(t))
+                r = {"prompt_ids": enc(f"task: put a mug {g} in the sink\n{ROOM}\ndone: {done}\nnow: desk {t}"),
+                     "response_ids": reply(ACTS[(g + e + t) % 6]), "adv": (-1.0) ** (e + t) * (0.5 + 0.1 * t),
+                     "gid": g, "eid": 10 * g + e, "t": t}
+                r["logprobs"] = [-0.3] * len(r["response_ids"])
+                if (e + t) % 2 == 0:
+                    r["allowed"] = [reply(a) for a in ACTS]
+                rows.append(r)
+    aux = [{"prompt_ids": enc(f"task: put a mug {g} in the sink\n{ROOM}\ndone: {' | '.join(ACTS[:t])}\nnow: a room"),
+            "response_ids": reply(ACTS[t]), "n": 2, "gid": g, "t": t} for g in range(n_groups) for t in range(2)]
+    return rows, aux
+
+
+def test_packed_rows_score_as_one_row_a_sequence(tiny):
+    """The same log-probs, entropies and gradients (1e-6, relative) whether each row has its own padded sequence or
+    rows that share a prefix share one sequence; and the packing does share (fewer sequences than rows)."""
+    import copy
+    from grpo import response_logprobs
+    from plumbing.packing import pack_rows
+    model, tok = tiny
+    rows, _ = shared_rows(tok)
+    assert len(pack_rows(rows, 512)) < len(rows) / 2
+    got = {}
+    for pack in (0, 512):
+        m = copy.deepcopy(model)
+        lp, mask, ent = response_logprobs(m, rows, tok.pad_token_id, temperature=0.7, entropy=True, pack=pack)
+        (lp.sum() + 0.3 * ent.sum()).backward()
+        got[pack] = lp.detach(), mask, ent.detach(), torch.cat([p.grad.flatten() for p in m.parameters()])
+    for a, b in zip(got[0], got[512]):
+        assert a.shape == b.shape and ((a - b).norm() / a.norm()).item() < 1e-6
+    assert torch.equal(got[0][1], got[512][1])
+
+
+@pytest.mark.parametrize("argv", [[], ["--entropy_coef", "0.01", "--kl_coef", "0.01", "--ppo_mini_batch", "5",
+                                       "--dual_clip", "3", "--aux_agg", "prefix-mean", "--micro_batch", "4"]])
+def test_the_update_is_the_same_with_rows_packed(tiny, argv):
+    """Update.batch on a fixed batch whose rows share prefixes, --pack_tokens 0 (one padded sequence a row) and
+    512: every logged term, the last mini-batch's gradients and the new parameters agree to 1e-6 (relative)."""
+    _, tok = tiny
+    out, grads, params = {}, {}, {}
+    for pack in ("0", "512"):
+        rows, aux = shared_rows(tok)
+        learn, m = learner(tiny, argv + ["--pack_tokens", pack])
+        if learn.cfg.kl_coef > 0:  # the reference: the tiny model as it was
+            import copy
+            from grpo import Update
+            learn = Update(learn.cfg, m, m, copy.deepcopy(tiny[0]).requires_grad_(False), learn.opt, tok, "cpu")
+        out[pack] = learn.batch(rows, aux)
+        grads[pack] = torch.cat([p.grad.flatten() for p in m.parameters()])
+        params[pack] = torch.cat([p.detach().flatten() for p in m.parameters()])
+    assert out["0"].keys() == out["512"].keys()
+    assert ("--kl_coef" not in argv) or (out["0"]["kl"] > 0 and out["0"]["entropy"] > 0)
+    for k, v in out["0"].items():
+        assert out["512"][k] == pytest.approx(v, rel=1e-6, abs=1e-9), k
+    assert ((grads["0"] - grads["512"]).norm() / grads["0"].norm()).item() < 1e-6
+    assert ((params["0"] - params["512"]).norm() / params["0"].norm()).item() < 1e-6

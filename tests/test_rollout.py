@@ -250,7 +250,7 @@ def test_quiet_vllm_drops_only_the_listed_notices():
     the same logger, and every message of other loggers, still passes."""
     import logging
 
-    from rollout import VLLM_NOISE, quiet_vllm
+    from plumbing.vllm_log import VLLM_NOISE, quiet_vllm
     seen = []
 
     class Keep(logging.Handler):
@@ -561,3 +561,47 @@ def test_the_reply_rule_is_the_papers_unless_a_flag_says_otherwise():
             assert r.reward(won, sum(invalid)) == scale * float(won) - penalty * sum(invalid)
             assert r.row_rewards(won, invalid) == step_rewards(won, invalid, scale, penalty, c.adv_level)
     assert make_reply(get_config(["--preset", "released"])).reward(True, 2) == pytest.approx(9.8)
+
+
+def test_a_turns_prompts_tokenised_at_once_are_the_prompts_one_at_a_time(tiny):
+    """fit_prompts (one batch call of the chat template) gives each turn what fit_prompt gives it alone, an
+    over-long prompt included (it goes through fit_prompt's loop); chat_ids_batch is chat_ids per message, which is
+    the template's own tokenize=True."""
+    from rollout import chat_ids, chat_ids_batch, fit_prompt, fit_prompts
+    _, tok = tiny
+    c = cfg(prompt="full", history_length=10, max_prompt_tokens=230)
+    hist = [(f"You arrive at shelf {j}. On the shelf {j}, you see a mug {j}.", f"go to shelf {j + 1}")
+            for j in range(6)]
+    adm = ["look", "go to desk 1"]
+    turns = [("put a mug in the sink.", "", hist[:k], f"You arrive at sinkbasin {k}.", adm, k, "") for k in (0, 2, 6)]
+    turns.append(("put a mug in the sink.", "", hist[:1], "You arrive at sinkbasin 1.", adm, 1, "open the door"))
+    got = fit_prompts(tok, turns, c)
+    assert got == [fit_prompt(tok, *t[:6], c, t[6]) for t in turns]
+    assert [tr for _, tr in got] == [False, False, True, False]  # the 6-step history is over 230 tokens
+    msgs = [user_message(*t[:6], c, t[6]) for t in turns]
+    want = [list(tok.apply_chat_template([{"role": "user", "content": m}], add_generation_prompt=True,
+                                         tokenize=True, return_dict=False)) for m in msgs]
+    assert chat_ids_batch(tok, msgs) == want == [chat_ids(tok, m) for m in msgs]
+    assert fit_prompts(tok, [], c) == []
+
+
+def test_admissible_replies_are_tokenised_once_and_reach_vllm_as_one_string(tiny):
+    """choice_ids: the reply of every command, '<action>c</action>' + EOS as the tokenizer encodes it, a fresh list
+    each call though each command is tokenised once; allowed_arg / allowed_trie carry those sequences to the trie
+    mask unchanged (the trie's options are trie_options' on the lists)."""
+    import json
+    from grpo import trie_options
+    from rollout import _choice, allowed_arg, allowed_trie, choice_ids
+    _, tok = tiny
+    cmds = ["go to desk 1", "look", "take mug 1 from desk 1"]
+    want = [tok.encode(f"<action>{c}</action>", add_special_tokens=False) + [tok.eos_token_id] for c in cmds]
+    a = choice_ids(tok, cmds)
+    assert a == want and all(type(x) is list for x in a)
+    a[0].append(-5)  # the caller's list: the cache is not touched
+    assert choice_ids(tok, cmds) == want and _choice.cache_info().hits >= 3
+    arg = allowed_arg(want)
+    assert isinstance(arg, str) and json.loads(arg) == want
+    for reply in want:
+        for j in range(len(reply) + 1):
+            part = reply[:j] + [-1]
+            assert trie_options(part, allowed_trie(arg))[-1] == trie_options(part, want)[-1]

@@ -4,7 +4,8 @@
     python -m tools.bench env                      # ALFWorld engine + WebShop-lite:
                                                    # reset/step, prefix replay, pool
     python -m tools.bench rollout                  # tokens/s HF vs vLLM, weight-sync time, rollout time split
-    python -m tools.bench step                     # one training step's time breakdown for the cpu preset
+    python -m tools.bench step [--preset P] [--tree DIR]  # a training step's time split:
+                                                   # median, min - max over the steps
     python -m tools.bench gpu [--cpu]              # one-shot GPU check (gpu_check.sh):
                                                    # engine, log-probs, sync, train
 """
@@ -393,8 +394,9 @@ def bench_step(args):
     out = tempfile.mkdtemp(prefix="bench-step-")
     cmd = [sys.executable, "train.py", "--preset", args.preset, "--steps", str(args.steps),
            "--eval_games", "-1", "--ckpt_every", "0", "--out_dir", out] + args.extra
-    print("$ " + " ".join(cmd))
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
+    tree = os.path.abspath(args.tree) if args.tree else ROOT
+    print(f"$ (cd {tree}) " + " ".join(cmd))
+    r = subprocess.run(cmd, cwd=tree, capture_output=True, text=True,
                        env={**os.environ, "TQDM_DISABLE": "1"})
     if r.returncode != 0:
         sys.exit(r.stdout[-3000:] + r.stderr[-3000:])
@@ -403,13 +405,15 @@ def bench_step(args):
     keys = [("rollout: generation", "t_gen"), ("rollout: environment", "t_env"),
             ("train (fwd/bwd/opt)", "t_train"), ("weight sync", "t_sync"), ("scheduler", "t_sched"),
             ("whole step", "t_step")]
-    print(f"steps 1..{args.steps - 1} of preset {args.preset} (step 0 is warm-up), seconds per step:")
+    print(f"steps 1..{args.steps - 1} of preset {args.preset} (step 0 is warm-up), seconds per step "
+          "(median, min - max over the steps; share of the median step):")
     res = {}
     for label, k in keys:
         v = np.array([x[k] for x in recs])
-        res[k] = float(v.mean())
-        print(f"  {label:24s} {v.mean():9.4f}  "
-              f"({100 * v.mean() / np.mean([x['t_step'] for x in recs]):5.2f} %)")
+        res[k] = {"median": float(np.median(v)), "min": float(v.min()), "max": float(v.max()),
+                  "mean": float(v.mean())}
+        print(f"  {label:24s} {np.median(v):8.3f}  ({v.min():.3f} - {v.max():.3f})  "
+              f"{100 * np.median(v) / np.median([x['t_step'] for x in recs]):5.1f} %")
     print(f"  rollouts per step: {[x['rollouts'] for x in recs]} (|B|·R = {recs[0]['rollouts']})")
     if args.json:
         json.dump(res, open(args.json, "w"), indent=1)
@@ -610,6 +614,8 @@ def main():
                     "and a hard half)")
     ap.add_argument("--preset", default="cpu", help="step: the preset to time")
     ap.add_argument("--steps", type=int, default=4, help="step: training steps to run (the first is warm-up)")
+    ap.add_argument("--tree", default="", help="step: run train.py of this checkout (e.g. a git worktree "
+                    "of an older commit, for a before / after table); default: this one")
     a, extra = ap.parse_known_args()
     a.extra = extra  # step: further train.py flags
     if a.what == "sched":
