@@ -323,7 +323,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("make-games", help="generate ALFWorld-format games offline")
-    g.add_argument("--split", default="train", choices=["train", "valid_seen", "valid_unseen"])
+    g.add_argument("--split", default="train", choices=list(BUILTIN))
     g.add_argument("--n", type=int, default=200)
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--out", required=True)

@@ -5,15 +5,16 @@
 #   bash run_all.sh [--only main|ablations|clusters|sft|released|webshop] [--7b]   # the paper grid (8 GPUs, preset paper)
 #   bash run_all.sh --cpu                     # the same grid at toy scale on a CPU (preset cpu, 2 seeds)
 #   bash run_all.sh --cpu --smoke             # every grid entry for one step on a minimal budget (CI)
-#   bash run_all.sh --cpu --only pick2        # the pick-two regime's comparison (preset cpu_pick2), 15 runs
+#   bash run_all.sh --cpu --only pick2        # the pick-two regime's comparison (preset cpu_pick2), 17 runs
+#   bash run_all.sh --cpu --only mix6         # the mixed regime: six task types, held-out games (cpu_mix6), 34 runs
 #
 # A run whose directory holds summary.json (written by train.py when it finishes) is skipped, so the script resumes
 # after an interruption; an unfinished run resumes from its last checkpoint (--resume auto). RUN_ROOT=DIR puts
 # the run directories elsewhere. At the end:
 # `python eval.py table` over the runs (one Markdown table per setting) and the dynamics figure of the main runs.
 # --cpu copies each finished run's summary.json and log.jsonl to results/cpu/toy/<run>/ (the toy grid) or
-# results/cpu/pick2/<run>/ (the pick-two regime), which the repo keeps, so `python eval.py table results/cpu/toy`
-# and `python eval.py table results/cpu/pick2` rebuild the README's tables, and `python eval.py dynamics` their
+# results/cpu/<regime>/<run>/ (pick2, mix6), which the repo keeps, so `python eval.py table results/cpu/toy`
+# and `python eval.py table results/cpu/<regime>` rebuild the README's tables, and `python eval.py dynamics` their
 # figures, on any machine.
 #
 # Measured toy scale (2-core CPU, docs/results.md): one 40-step --cpu run of the ALFWorld rows
@@ -42,9 +43,9 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-case "$ONLY" in ""|main|ablations|clusters|sft|released|webshop|pick2) ;;
-    *) echo "run_all.sh: --only main|ablations|clusters|sft|released|webshop|pick2" >&2; exit 2 ;; esac
-[ "$ONLY" = pick2 ] && [ "$MODE" != cpu ] && { echo "run_all.sh: --only pick2 goes with --cpu" >&2; exit 2; }
+case "$ONLY" in ""|main|ablations|clusters|sft|released|webshop|pick2|mix6) ;;
+    *) echo "run_all.sh: --only main|ablations|clusters|sft|released|webshop|pick2|mix6" >&2; exit 2 ;; esac
+case "$ONLY" in pick2|mix6) [ "$MODE" = cpu ] || { echo "run_all.sh: --only $ONLY goes with --cpu" >&2; exit 2; } ;; esac
 [ "$SMOKE" = 1 ] && [ "$MODE" != cpu ] && { echo "run_all.sh: --smoke goes with --cpu" >&2; exit 2; }
 
 if [ "$MODE" = gpu ]; then
@@ -140,25 +141,34 @@ for s in $SEEDS; do
     done
 done
 
-# ---- the pick-two regime (--cpu --only pick2; docs/results.md §5): long tasks from a base that rarely wins them,
-#      chosen from the base's and plain GRPO's probes (docs/cpu-demo.md); Agent-G² and GRPO 3 seeds, four schedules
-#      2, enumeration 1, and seed 0 of the hint sources' two runs (half the tasks without an expert trajectory,
-#      hinted by the policy's own wins or left unhinted). The run directories are the ones docs/results.md names
-#      (runs/cpu_pick2/<method>/s<seed>).
-if [ "$ONLY" = pick2 ]; then
-    PRESET=cpu_pick2 ROOT=${RUN_ROOT:+$RUN_ROOT/pick2} RESULTS=results/cpu/pick2
-    ROOT=${ROOT:-runs/cpu_pick2}
-    for s in 0 1 2; do
-        for name in g2 grpo fixed linear target_acc binary enum self_hints half_hints; do
-            case "$name" in g2|grpo) ;; enum|self_hints|half_hints) [ "$s" = 0 ] || continue ;;
-                *) [ "$s" = 2 ] && continue ;; esac
+# ---- the CPU regimes (--cpu --only pick2 | mix6): long tasks from a base that rarely wins them, each chosen from
+#      the base's and plain GRPO's probes before any Agent-G² run in it (docs/cpu-demo.md). PLAN: each method with
+#      its seeds, under the regime's preset (its own rule is Agent-G²), in the run directories docs/results.md names
+#      (runs/cpu_<regime>/<method>/s<seed>), seed by seed so that a stopped grid has whole seeds.
+#      pick2 (docs/results.md §5): Agent-G² and GRPO 3 seeds, four schedules 2, enumeration 1, and seed 0 of the
+#      hint sources' two runs (half the tasks without an expert trajectory, hinted by the policy's own wins or left
+#      unhinted). mix6 (docs/results.md §6): all six task types, held-out games; Agent-G² and GRPO 5 seeds, the
+#      scalar schedules, the probe (binary search) and the ablations sigma = 0, uniform, K = 1, eta = 0 with 3.
+case "$ONLY" in
+    pick2) PLAN="g2:012 grpo:012 fixed:01 linear:01 target_acc:01 binary:01 enum:0 self_hints:0 half_hints:0" ;;
+    mix6) PLAN="g2:01234 grpo:01234 fixed:012 linear:012 target_acc:012 binary:012 no_sampling:012 uniform:012"
+          PLAN="$PLAN K1:012 no_aux:012" ;;
+    *) PLAN="" ;;
+esac
+if [ -n "$PLAN" ]; then
+    PRESET=cpu_$ONLY ROOT=${RUN_ROOT:+$RUN_ROOT/$ONLY} RESULTS=results/cpu/$ONLY
+    ROOT=${ROOT:-runs/cpu_$ONLY}
+    for s in 0 1 2 3 4; do
+        for entry in $PLAN; do
+            name=${entry%%:*}
+            [[ ${entry#*:} == *$s* ]] || continue
             [ "$name" = g2 ] && flags=() || flags=(${FLAGS[$name]})  # the preset's own rule is Agent-G²
-            run pick2 "$name" "${flags[@]}"
+            run "$ONLY" "$name" "${flags[@]}"
         done
     done
+    SEEDS="$PLAN"
 fi
 
-[ "$ONLY" = pick2 ] && SEEDS="g2 and grpo 0 1 2, fixed linear target_acc binary 0 1, enum self_hints half_hints 0"
 if [ "$DRY" = 1 ]; then echo "# $N runs ($MODE$([ "$SMOKE" = 1 ] && echo ", smoke"), seeds: $SEEDS)"; exit 0; fi
 echo "[run_all] $N runs, $DONE were done already"
 [ "$SMOKE" = 1 ] && exit 0

@@ -336,7 +336,7 @@ for step in bar:
              "t_sched": t_sched, "mem_peak_gb": mem_peak_gb}
     rec = step_record(step, lr, p_hat, gather((n_zero, n_groups)), parts, plan, sched.stats(),
                       sum(v["L"] is not None for v in view), redraws, sync_err, consist, times, t0,
-                      gather((out["stats"], player.stats, len(out["episodes"]), len(err))))
+                      gather((out["stats"], player.stats, len(out["episodes"]), len(err))), tasks)
     if master:  # the warning of a skipped (non-finite) update rides on the step line
         log.write(json.dumps(rec, default=lambda o: o.item() if hasattr(o, "item") else str(o)) + "\n")
         log.flush()

@@ -31,7 +31,9 @@ import time
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 BUILTIN_TAR = os.path.join(HERE, "data", "alfworld_builtin.tar.gz")
-BUILTIN = dict(train=240, valid_seen=48, valid_unseen=48)  # games per split in the built-in set
+# games per split in the built-in set; test_seen / test_unseen: the mixed regime's held-out games
+# (config/cpu_mix6.py), generated apart from every training game's task (make_builtin: exclude)
+BUILTIN = dict(train=240, valid_seen=48, valid_unseen=48, test_seen=72, test_unseen=72)
 TASK_TYPES = ["pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
               "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place"]
 INVALID_OBS = "Nothing happens."  # the engine's answer to an action it cannot take
@@ -148,7 +150,7 @@ def _sample_game(rng, split, task_type, args):
     """One candidate game: (folder name, initial_state.pddl text, traj_data dict) or None."""
     K = _consts()
     scenes = [(s, rt) for rt in ROOMS_FOR_TASK[task_type] for s in SCENES[rt]
-              if (s in K["test_scenes"]) == (split == "valid_unseen")]
+              if (s in K["test_scenes"]) == split.endswith("unseen")]
     scene, room_type = rng.choice(scenes)
     app = APPLIANCE.get(task_type)
     # the task: object, parent receptacle (or lamp), with every type it needs present in the room
@@ -310,6 +312,9 @@ def _gen_one(job):
         if cand is None:
             continue
         folder, pddl, traj = cand
+        if folder in args.exclude:  # a held-out split never repeats a training game's task (its folder name)
+            rejected += 1
+            continue
         trial = "trial_T%04d_%05d_%03d" % (seed, index, attempt)
         tmp = tempfile.mkdtemp(prefix="g2gen-")
         try:
@@ -340,13 +345,15 @@ def _gen_one(job):
 
 
 def make_games(out, split, n, seed=0, workers=2, max_len=15, min_receptacles=6, max_receptacles=12,
-               surface_bias=0.7, min_distractors=4, max_distractors=10, task_types=TASK_TYPES, progress=True):
-    """Write n solvable games of a split under out/<split>; returns [(dir, L, task_type, rejected)]."""
+               surface_bias=0.7, min_distractors=4, max_distractors=10, task_types=TASK_TYPES, progress=True,
+               exclude=()):
+    """Write n solvable games of a split under out/<split>; returns [(dir, L, task_type, rejected)].
+    exclude: task folder names (<task>-<obj>-None-<parent>-<scene>) the split must not contain."""
     from tqdm import tqdm
     args = argparse.Namespace(max_len=max_len, min_receptacles=min_receptacles,
                               max_receptacles=max_receptacles, surface_bias=surface_bias,
                               min_distractors=min_distractors, max_distractors=max_distractors,
-                              task_types=list(task_types))
+                              task_types=list(task_types), exclude=frozenset(exclude))
     jobs = [(i, split, seed, out, args) for i in range(n)]
     with mp.get_context("spawn").Pool(workers, maxtasksperchild=40) as pool:
         res = list(tqdm(pool.imap(_gen_one, jobs), total=n, desc=f"make-games {split}", disable=not progress))
@@ -358,8 +365,11 @@ def make_builtin(seed=0):
     from importlib.metadata import version
     tmp = tempfile.mkdtemp(prefix="g2builtin-")
     t0 = time.time()
+    train_tasks = set()  # the training games' task folders: the test splits exclude them
     for i, (split, n) in enumerate(BUILTIN.items()):
-        res = make_games(tmp, split, n, seed + i)
+        res = make_games(tmp, split, n, seed + i, exclude=train_tasks if split.startswith("test_") else ())
+        if split == "train":
+            train_tasks = {os.path.basename(os.path.dirname(d)) for d, _, _, _ in res}
         print(f"{split}: {len(res)} games, {sum(r[3] for r in res)} draws re-sampled")
         print(length_table([{"task_type": tt, "L": L} for _, L, tt, _ in res]))
     manifest = {"seeds": {s: seed + i for i, s in enumerate(BUILTIN)}, "games": BUILTIN, "max_len": 15,

@@ -36,21 +36,29 @@ def step_line(rec):
 
 
 def step_record(step, lr, p_hat, zero, parts, plan, sched, hinted, redraws, sync_err, consist, times, t0,
-                outs):
+                outs, tasks=()):
     """train.py's log record of a step (one per step in log.jsonl, and the step line's source). Every rank
     computes it from the same gathered lists. p_hat: the batch's task success rates (None: every episode
-    errored; NaN: no play); zero: [(zero-advantage groups, groups)] per rank; parts: the update's terms;
-    plan: the scheduler's; sched: its stats(); hinted: tasks of the batch with a hint; outs: per rank
-    (rollout stats, probe stats, episodes, error episodes); consist: per rank (weight sum, run-state JSON);
-    times: t_* seconds; t0: the step's start (time.time())."""
+    errored; NaN: no play); tasks: the batch's tasks in the same order (their task_type gives by_type:
+    {type: [all-0 groups, groups, mean success]}, the per-type reading of a mixed batch); zero:
+    [(zero-advantage groups, groups)] per rank; parts: the update's terms; plan: the scheduler's; sched: its
+    stats(); hinted: tasks of the batch with a hint; outs: per rank (rollout stats, probe stats, episodes,
+    error episodes); consist: per rank (weight sum, run-state JSON); times: t_* seconds; t0: the step's start
+    (time.time())."""
     import time
     p_kept = [p for p in p_hat if p is not None and p == p]
     mean = lambda xs: float(np.mean(xs)) if p_kept else None  # noqa: E731
     stats, probe_stats = [o[0] for o in outs], [o[1] for o in outs]
     total = lambda key, parts_: sum(x.get(key, 0) for x in parts_)  # noqa: E731
+    by_type = collections.defaultdict(list)  # task type -> the p_hat of its played groups
+    for p, t in zip(p_hat, tasks):
+        if p is not None and p == p:
+            by_type[t["task_type"]].append(p)
     return {"step": step, "lr": lr, "success": mean(p_kept),
             "in_band": mean([0.4 <= p <= 0.6 for p in p_kept]),
             "all0": mean([p == 0 for p in p_kept]), "all1": mean([p == 1 for p in p_kept]),
+            "by_type": {k: [sum(p == 0 for p in v), len(v), float(np.mean(v))]
+                        for k, v in sorted(by_type.items())},
             "zero_adv_groups": sum(z for z, _ in zero), "groups": sum(g for _, g in zero),
             **parts, "stepped": parts["update_rel"] > 0, "error_episodes": sum(o[3] for o in outs),
             "mean_n": float(np.mean(plan["n"])), "mean_r": float(np.mean(plan["r"])), "hinted": hinted,
@@ -376,6 +384,11 @@ def table(runs):
                                       not k.endswith("_sampled")))
         sets += [(k, when) for k in named for when in ("last", "best")]
         out.append(f"\n**{env} / preset {preset} / {data}**\n")
+        if any(k.startswith("test_") for s in ss for k in s["final"]):  # held-out splits: the paper's shape
+            from plumbing.tables import regime_tables
+            out.append(regime_tables({n: rows[n] for n in sorted(rows, key=lambda n: order.get(n, (99, 0)))},
+                                     wilson))
+            continue
         out.append("| method | seeds | " + " | ".join(column_name(k) for k in sets) +
                    " | s/step | rollouts/step | flags | commits |")
         out.append("|---|---|" + "---|" * len(sets) + "---|---|---|---|")

@@ -14,7 +14,7 @@ import shutil
 import pytest
 
 from envs import AlfEnv, EnvPool, room_text, task_text
-from plumbing.gamegen import make_games, official_root
+from plumbing.gamegen import BUILTIN, TASK_TYPES, make_games, official_root
 from plumbing.tasks import batch_indices, load_tasks
 
 
@@ -29,8 +29,8 @@ def pool():
 def test_every_builtin_walkthrough_wins_with_admissible_commands(pool):
     """Replays each built-in game's full walkthrough as a prefix: AlfEnv.reset raises if any command is not
     admissible, and the episode must end won."""
-    tasks = [t for split in ("train", "valid_seen", "valid_unseen") for t in load_tasks(split)]
-    assert len(tasks) == 336
+    tasks = [t for split in BUILTIN for t in load_tasks(split)]
+    assert len(tasks) == sum(BUILTIN.values()) == 480
     assert {t["task_type"] for t in tasks} == {
         "pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
         "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place"}
@@ -157,6 +157,48 @@ def test_invalid_actions_do_not_crash():
         assert env.step(ep, junk) is False
         assert ep["obs"] == "Nothing happens."
     assert env.step(ep, t["walkthrough"][0])  # still playable
+
+
+def identity(task):
+    """A game's task: its folder, <task type>-<object>-None-<receptacle>-<scene> (ALFRED's task id; the
+    trial_* folders below it are the same task in other initial states)."""
+    return os.path.basename(os.path.dirname(os.path.dirname(task["gamefile"])))
+
+
+def test_held_out_games_are_never_training_games():
+    """The mixed regime's held-out games (config/cpu_mix6.py: test_seen, test_unseen) share no game file, no
+    game content and no task with the training games; at least 120 of them, 20 per task type, the unseen ones
+    in scenes no training game uses. The SFT base's recipe (docs/cpu-demo.md) trained on the training split
+    only and read neither held-out split, and the regime trains on that split."""
+    import hashlib
+    import re
+
+    from config import get_config
+    cfg = get_config(["--preset", "cpu_mix6"])
+    held = [x for x in cfg.eval_split.split(",")]
+    assert cfg.train_split == "train" and held == ["test_seen", "test_unseen"] and cfg.games == "builtin"
+    train = load_tasks("train")
+    tests = {sp: load_tasks(sp) for sp in held}
+    digest = lambda t: hashlib.sha256(open(t["gamefile"], "rb").read()).hexdigest()  # noqa: E731
+    scene = lambda t: identity(t).rsplit("-", 1)[1]  # noqa: E731
+    assert len(train) == 240
+    for sp, ts in tests.items():
+        path = lambda ts_: {os.path.realpath(t["gamefile"]) for t in ts_}  # noqa: E731
+        assert not path(ts) & path(train), sp
+        assert not {digest(t) for t in ts} & {digest(t) for t in train}, sp
+        assert not {identity(t) for t in ts} & {identity(t) for t in train}, sp
+    assert not {scene(t) for t in tests["test_unseen"]} & {scene(t) for t in train}
+    every = tests["test_seen"] + tests["test_unseen"]
+    assert len(every) >= 120 and all(sum(t["task_type"] == tt for t in every) >= 20 for tt in TASK_TYPES)
+    doc = open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "docs", "cpu-demo.md")).read()
+    recipe = doc.split("## The SFT base checkpoint")[1].split("```bash")[1].split("```")[0]
+    text = "\n".join(x for x in recipe.splitlines() if not x.startswith("#")).replace("\\\n", " ")
+    runs = [x.split()[2:] for x in text.splitlines() if x.startswith("python train.py")]
+    assert len(runs) == 2
+    for argv in runs:
+        sft = get_config(argv)
+        assert sft.mode == "sft_full" and sft.train_split == "train" and sft.games == "builtin"
+        assert not set(sft.eval_split.split(",")) & set(held) and sft.train_games == 0
 
 
 def test_generator_is_deterministic(tmp_path):
@@ -303,7 +345,7 @@ def test_the_registry_gives_each_environment_its_pieces():
     assert env_spec(ws)["env"] == "webshop" and env_spec(ws)["backend"] == "lite"
     assert tasks_for(cfg, "valid_seen") == load_tasks("valid_seen")
     assert [t["gamefile"] for t in tasks_for(ws, "test")] == list(range(500))
-    assert AlfEnv.split_names(cfg) == ["train", "valid_seen", "valid_unseen"]
+    assert AlfEnv.split_names(cfg) == ["train", "valid_seen", "valid_unseen", "test_seen", "test_unseen"]
     assert set(WebShopEnv.split_names(ws)) == {"train", "eval", "test", "valid_seen", "valid_unseen"}
     assert isinstance(make_env({"env": "webshop", "backend": "lite", "seed": 0, "products": 60,
                                 "max_steps": 5}), WebShopEnv)

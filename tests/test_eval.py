@@ -427,3 +427,60 @@ def test_panel_writes_under_runs_never_into_the_checkpoint(tmp_path):
     out = tmp_path / "runs" / "eval" / "sft_base" / "panel_valid_unseen_greedy.json"
     assert json.load(open(out))["seeds"]["0"]["n"] == 8
     assert sorted(os.listdir(model)) == before
+
+
+def test_t_quantiles_match_the_printed_table():
+    """Student's t quantiles against a printed t table (two-sided 95 %: df 2 4.303, df 4 2.776, df 8 2.306;
+    one-sided 80 %: df 4 0.941, df 8 0.889) and the normal limit (df 1000: 1.962)."""
+    from plumbing.tables import t_quantile
+    for p, df, want in [(0.975, 2, 4.303), (0.975, 4, 2.776), (0.975, 8, 2.306), (0.8, 4, 0.941), (0.8, 8, 0.889),
+                        (0.975, 1000, 1.962)]:
+        assert abs(t_quantile(p, df) - want) < 1e-3, (p, df)
+
+
+def test_intervals_and_detectable_differences_by_hand():
+    """t interval of [1, 2, 3]: mean 2, sd 1, half width 4.303 / sqrt 3 = 2.484. Detectable at 80 % power: paired,
+    sd 10 over 5 seeds: (2.776 + 0.941) 10 / sqrt 5 = 16.62; two groups of 5, pooled sd 10: (2.306 + 0.889) 10
+    sqrt(2 / 5) = 20.21. Bootstrap: constant seeds give the constant; seeds 0 and 100 give means 0, 50, 100 with
+    probabilities 1/4, 1/2, 1/4, so the 2.5 and 97.5 percentiles are 0 and 100."""
+    from plumbing.tables import bootstrap_ci, detectable, t_interval
+    m, h = t_interval([1, 2, 3])
+    assert m == 2 and abs(h - 2.484) < 1e-3
+    assert abs(detectable(10, 5) - 16.62) < 0.01 and abs(detectable(10, 5, 5) - 20.21) < 0.01
+    assert bootstrap_ci([40, 40, 40]) == (40.0, 40.0) and bootstrap_ci([0, 100]) == (0.0, 100.0)
+
+
+def test_regime_tables_have_the_papers_shape(tmp_path):
+    """A setting evaluated on the held-out splits gets Tables 1-3. Hand values: g2 seed 0 wins seen 3 / 4 (Pick 2 / 2,
+    Look 1 / 2) and unseen 1 / 4 (Pick 1 / 2, Look 0 / 2): all 4 / 8 = 50 %, Pick 3 / 4 = 75 %, Look 1 / 4 = 25 %;
+    seed 1 wins 2 / 8 = 25 % (Pick 2 / 4 = 50 %, Look 0 / 4): all 37.5 ± 12.5, Pick 62.5 ± 12.5. grpo seed 0 wins
+    1 / 8 = 12.5 %, seed 1 0 / 8. Paired differences grpo - g2: -37.5 and -25.0 -> -31.2; their sd 8.84 over 2
+    seeds: half width 12.706 * 8.84 / sqrt 2 = 79.4. Cost: g2 2 s and 96 rollouts a step, grpo 1 s and 64: 2.00,
+    1.50. Wilson of g2's pooled 6 / 16: 18.5-61.4 %."""
+    from plumbing.report import table
+
+    def run(method, seed, seen, unseen, s_step, rollouts):  # seen / unseen: {type: (won, n)}
+        d = tmp_path / method / f"s{seed}"
+        d.mkdir(parents=True)
+        counts = {}
+        for split, c in (("test_seen", seen), ("test_unseen", unseen)):
+            for suffix in ("", "_sampled"):
+                counts[split + suffix] = {"won": sum(w for w, _ in c.values()), "n": sum(n for _, n in c.values()),
+                                          "per_type": {t: list(x) for t, x in c.items()}}
+        final = {k: v["won"] / v["n"] for k, v in counts.items()}
+        json.dump({"cfg": {"preset": "cpu_mix6", "games": "builtin", "task_types": "", "seed": seed,
+                           "argv": ["train.py"], "git_commit": "abc"},
+                   "final": {**final, "counts": counts}, "evals": [], "s_per_step": s_step,
+                   "rollouts_per_step": rollouts}, open(d / "summary.json", "w"))
+        return str(d)
+    P, L = "pick_and_place_simple", "look_at_obj_in_light"
+    md = table([run("g2", 0, {P: (2, 2), L: (1, 2)}, {P: (1, 2), L: (0, 2)}, 2.0, 96.0),
+                run("g2", 1, {P: (1, 2), L: (0, 2)}, {P: (1, 2), L: (0, 2)}, 2.0, 96.0),
+                run("grpo", 0, {P: (1, 2), L: (0, 2)}, {P: (0, 2), L: (0, 2)}, 1.0, 64.0),
+                run("grpo", 1, {P: (0, 2), L: (0, 2)}, {P: (0, 2), L: (0, 2)}, 1.0, 64.0)])
+    assert "| method | seeds | Pick | Look | seen | unseen | all |" in md and md.count("*Table 1 (") == 2
+    assert "| Agent-G² | 2 | 62.5 ± 12.5 | 12.5 ± 12.5 | 50.0 ± 25.0 | 25.0 ± 0.0 | 37.5 ± 12.5 | 25.0–50.0 | " \
+           "18.5–61.4 (6 / 16) |" in md
+    assert "| Agent-G² | 2 | 2.0 ± 0.0 | 2.00 | 96.0 ± 0.0 | 1.50 |" in md
+    assert "| GRPO | 2 | -31.2 [-110.7, +48.2] |" in md
+    assert "Agent-G² − GRPO, 2 and 2 seeds (unpaired): greedy +31.2 points" in md

@@ -96,6 +96,21 @@ def test_pick2_regime_dry_run_gives_each_method_its_seeds():
     assert len(toy) == 2 * len(grid("--cpu", "--smoke")[0]) and not any("cpu_pick2" in x for x in toy)
 
 
+def test_mix6_regime_dry_run_gives_each_method_its_seeds():
+    """--cpu --only mix6: Agent-G² and GRPO with 5 seeds; the scalar schedules, the probe and the four ablations
+    (sigma = 0, uniform, K = 1, eta = 0) with 3, under the cpu_mix6 preset, seed by seed, config.METHODS' flags."""
+    from config import METHODS
+    names, seeds, lines, count = grid("--cpu", "--only", "mix6")
+    assert seeds == {"g2": [0, 1, 2, 3, 4], "grpo": [0, 1, 2, 3, 4], **{n: [0, 1, 2] for n in (
+        "fixed", "linear", "target_acc", "binary", "no_sampling", "uniform", "K1", "no_aux")}}
+    assert count == len(lines) == 34 and all(x.startswith("python train.py --preset cpu_mix6 --seed ") for x in lines)
+    assert all(x.endswith(f"/s{x.split('--seed ')[1].split()[0]}" + (f" {METHODS[n][1]}" if n != "g2" else ""))
+               for n in names for x in lines if f"/{n}/" in x)
+    assert [int(x.split("--seed ")[1].split()[0]) for x in lines] == sorted(
+        int(x.split("--seed ")[1].split()[0]) for x in lines)  # seed by seed
+    assert sh("--only", "mix6", "--dry-run").returncode == 2
+
+
 def policy_acted(run_dir):
     """The policy generated tokens in the trained step (not only the hint and the aux loss), and
     whether a policy-gradient step had a row to act on (a group with a non-zero advantage)."""

@@ -1,0 +1,149 @@
+"""The paper's tables for a regime with held-out games (config/cpu_mix6.py: its evaluations play the splits
+test_seen and test_unseen), from the kept summaries: `python eval.py table results/cpu/mix6` prints them
+(report.table hands every setting whose runs evaluated on test_* splits to regime_tables).
+
+- Table 1's shape: hint-free success on the held-out games per task type, seen / unseen rooms and overall,
+  greedy and sampled, mean ± std over seeds; beside the overall column a 95 % interval over seeds (a bootstrap
+  of the seeds' means: seed-to-seed spread) and a 95 % Wilson interval of the games pooled over the seeds
+  (binomial noise only).
+- Table 2's shape: seconds and rollouts per step (probe rollouts included), as ratios to GRPO's.
+- Table 3's shape: each method's difference from Agent-G² on the same seeds (paired), with a 95 % t interval,
+  and the smallest paired difference those seeds could detect at 80 % power; then Agent-G² against GRPO
+  (unpaired, each row's seeds).
+"""
+import math
+
+import numpy as np
+
+HELD = ("test_seen", "test_unseen")
+SHORT = {"pick_and_place_simple": "Pick", "look_at_obj_in_light": "Look",
+         "pick_clean_then_place_in_recep": "Clean", "pick_heat_then_place_in_recep": "Heat",
+         "pick_cool_then_place_in_recep": "Cool", "pick_two_obj_and_place": "Pick Two"}
+LABEL = {"g2": "Agent-G²", "grpo": "GRPO", "fixed": "fixed ratio 0.5", "linear": "linear decay",
+         "target_acc": "target-acc", "binary": "binary search (probe)", "no_sampling": "σ = 0 (no sampling)",
+         "uniform": "uniform sampling", "K1": "K = 1", "no_aux": "η = 0 (no aux loss)"}
+
+
+def t_quantile(p, df):
+    """Student's t quantile: the x with P(T <= x) = p for df degrees of freedom (p >= 0.5), from the density
+    integrated by Simpson's rule and bisection (no scipy here)."""
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+
+    def cdf(x):  # 0.5 + the integral of the density over [0, x]
+        u = np.linspace(0.0, x, 2001)
+        f = c * (1 + u * u / df) ** (-(df + 1) / 2)
+        return 0.5 + (u[1] - u[0]) / 3 * (f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum())
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < p:
+        hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def bootstrap_ci(values, draws=10000, seed=0):
+    """95 % percentile interval of the mean of `values` (one per seed), the seeds resampled with
+    replacement."""
+    v = np.asarray(values, float)
+    means = v[np.random.default_rng(seed).integers(0, len(v), (draws, len(v)))].mean(1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def t_interval(d):
+    """(mean, half width) of a 95 % t interval of the mean of d (paired differences, one per seed)."""
+    d = np.asarray(d, float)
+    if len(d) < 2:
+        return float(d.mean()) if len(d) else float("nan"), float("nan")
+    return float(d.mean()), t_quantile(0.975, len(d) - 1) * float(d.std(ddof=1)) / math.sqrt(len(d))
+
+
+def detectable(sd, n1, n2=None, power=0.8):
+    """The smallest true difference a two-sided 5 % t test detects with probability `power`, for a spread sd
+    (the std of the paired differences, or the pooled std of two groups) over n1 seeds (paired) or n1 and n2
+    (two groups): (t_0.975 + t_power) sd sqrt(1/n), or sd sqrt(1/n1 + 1/n2), at the test's degrees of
+    freedom."""
+    df, scale = (n1 - 1, 1 / math.sqrt(n1)) if n2 is None else (n1 + n2 - 2, math.sqrt(1 / n1 + 1 / n2))
+    if df < 1 or not sd == sd:
+        return float("nan")
+    return (t_quantile(0.975, df) + t_quantile(power, df)) * sd * scale
+
+
+def held_counts(summary, sampled):
+    """{task type, 'seen', 'unseen', 'all': (won, games)} of a run's final evaluation on the held-out
+    splits."""
+    out = {}
+    for split in HELD:
+        c = summary["final"]["counts"][split + ("_sampled" if sampled else "")]
+        pairs = list(c["per_type"].items()) + [(split[5:], (c["won"], c["n"])), ("all", (c["won"], c["n"]))]
+        for key, (won, n) in pairs:
+            w, m = out.get(key, (0, 0))
+            out[key] = (w + won, m + n)
+    return out
+
+
+def _pm(v):
+    return f"{np.mean(v):.1f} ± {np.std(v):.1f}" if len(v) > 1 else f"{v[0]:.1f}" if v else ""
+
+
+def regime_tables(rows, wilson):
+    """rows: {method name: [run summaries, one per seed]} of one setting -> the Markdown of Tables 1-3.
+    wilson(k, n) -> (lo, hi): report.wilson."""
+    types = [t for t in SHORT if any(t in held_counts(s, False)
+                                     for rs in rows.values() for s in rs)]
+    cols = types + ["seen", "unseen", "all"]
+    pct = lambda s, key, sampled: 100 * (lambda w, n: w / n)(*held_counts(s, sampled)[key])  # noqa: E731
+    seeds = {n: {s["cfg"]["seed"]: s for s in rs} for n, rs in rows.items()}
+    out = []
+    for sampled in (False, True):
+        out.append(f"\n*Table 1 ({'sampled at T = 0.4' if sampled else 'greedy'}): hint-free success (%) on "
+                   "the held-out games, mean ± std over seeds*\n")
+        out.append("| method | seeds | " + " | ".join(SHORT.get(c, c) for c in cols) +
+                   " | all: 95 % over seeds (bootstrap) | all: 95 % over games (Wilson) |")
+        out.append("|---|---|" + "---|" * (len(cols) + 2))
+        for name, rs in rows.items():
+            cells = [_pm([pct(s, c, sampled) for s in rs if c in held_counts(s, sampled)]) for c in cols]
+            lo, hi = bootstrap_ci([pct(s, "all", sampled) for s in rs])
+            won, n = (sum(held_counts(s, sampled)["all"][i] for s in rs) for i in (0, 1))
+            wl, wh = wilson(won, n)
+            out.append(f"| {LABEL.get(name, name)} | {len(rs)} | " + " | ".join(cells) +
+                       f" | {lo:.1f}–{hi:.1f} | {100 * wl:.1f}–{100 * wh:.1f} ({won} / {n}) |")
+    if "grpo" in rows:
+        base = {k: np.mean([s[k] for s in rows["grpo"]]) for k in ("s_per_step", "rollouts_per_step")}
+        out.append("\n*Table 2: cost per training step, as ratios to GRPO's (rollouts include the "
+                   "probes')*\n")
+        out.append("| method | seeds | s/step | × GRPO | rollouts/step | × GRPO |")
+        out.append("|---|---|---|---|---|---|")
+        for name, rs in rows.items():
+            s_, r_ = ([s[k] for s in rs] for k in ("s_per_step", "rollouts_per_step"))
+            out.append(f"| {LABEL.get(name, name)} | {len(rs)} | {_pm(s_)} | "
+                       f"{np.mean(s_) / base['s_per_step']:.2f} | {_pm(r_)} | "
+                       f"{np.mean(r_) / base['rollouts_per_step']:.2f} |")
+    if "g2" in rows:
+        out.append("\n*Table 3: difference from Agent-G² on the same seeds (points of overall held-out "
+                   "success; 95 % t interval of the paired differences; detectable: the smallest paired "
+                   "difference these seeds detect at 80 % power, two-sided 5 %)*\n")
+        out.append("| method | paired seeds | Δ greedy | detectable | Δ sampled | detectable |")
+        out.append("|---|---|---|---|---|---|")
+        for name in [n for n in rows if n != "g2"]:
+            common = sorted(set(seeds[name]) & set(seeds["g2"]))
+            cells = []
+            for sampled in (False, True):
+                d = [pct(seeds[name][k], "all", sampled) - pct(seeds["g2"][k], "all", sampled)
+                     for k in common]
+                m, h = t_interval(d)
+                sd = float(np.std(d, ddof=1)) if len(d) > 1 else float("nan")
+                cells += [f"{m:+.1f} [{m - h:+.1f}, {m + h:+.1f}]", f"{detectable(sd, len(d)):.1f}"]
+            out.append(f"| {LABEL.get(name, name)} | {len(common)} | " + " | ".join(cells) + " |")
+    if "g2" in rows and "grpo" in rows:
+        parts = []
+        for sampled in (False, True):
+            a, b = ([pct(s, "all", sampled) for s in rows[n]] for n in ("g2", "grpo"))
+            sd = math.sqrt(((len(a) - 1) * np.var(a, ddof=1) + (len(b) - 1) * np.var(b, ddof=1))
+                           / max(len(a) + len(b) - 2, 1)) if min(len(a), len(b)) > 1 else float("nan")
+            m, h = np.mean(a) - np.mean(b), detectable(sd, len(a), len(b))
+            parts.append(f"{'sampled' if sampled else 'greedy'} {m:+.1f} points (pooled seed std {sd:.1f}; "
+                         f"detectable at 80 % power: {h:.1f})")
+        out.append(f"\nAgent-G² − GRPO, {len(rows['g2'])} and {len(rows['grpo'])} seeds (unpaired): "
+                   + "; ".join(parts) + ".")
+    return "\n".join(out)
