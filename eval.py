@@ -10,7 +10,7 @@ loop and from the command line; the CLI also runs the diagnostic (diagnose.py) a
     python eval.py panel --model CKPT --env webshop --split eval
     python eval.py diagnose --model CKPT [--tasks 8] [--rollouts 32] [--grid 0.1] [--checkpoints RUN_DIR]
     python eval.py dynamics RUN_DIR... [--out runs/eval/dynamics.png]
-    python eval.py table RUN_DIR...
+    python eval.py table [--brief] RUN_DIR...
 
 A checkpoint is evaluated under the config it was trained with (its config.json.run); flags override it, and
 --preset/any train.py flag works here too. `evaluate()` is also what train.py calls in the loop, so in-loop
@@ -221,7 +221,7 @@ def main():
             runs = [r for a in args if not a.startswith("--") for r in ([a] if is_run(a) else sorted(
                 os.path.dirname(p)
                 for p in glob.glob(os.path.join(a, "**", "summary.json"), recursive=True)))]
-            return print(table(runs))
+            return print(table(runs, brief="--brief" in args))
         out = args[args.index("--out") + 1] if "--out" in args else "runs/eval/dynamics.png"
         return dynamics([a for a in args if not a.startswith("--") and a != out], out)
     if cmd in ("", "-h", "--help"):

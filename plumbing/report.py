@@ -350,10 +350,11 @@ def paper_tables():
             for title, _ in TABLE_SECTIONS]
 
 
-def table(runs):
+def table(runs, brief=False):
     """One row per method (run name), columns = final hint-free success and cost, mean ± std over seeds; each
     row gives the flags it ran with and the commits. Never mixes presets, game sets, environments or task
-    types: it says so in a first line and makes one table each."""
+    types: it says so in a first line and makes one table each. A setting evaluated on held-out test_* splits
+    gets the paper's Tables 1-3 instead (plumbing/tables.py; brief: its one summary table)."""
     sums = [run_summary(r) for r in runs]
     groups = collections.defaultdict(list)
     for s in sums:
@@ -387,7 +388,7 @@ def table(runs):
         if any(k.startswith("test_") for s in ss for k in s["final"]):  # held-out splits: the paper's shape
             from plumbing.tables import regime_tables
             out.append(regime_tables({n: rows[n] for n in sorted(rows, key=lambda n: order.get(n, (99, 0)))},
-                                     wilson))
+                                     wilson, brief))
             continue
         out.append("| method | seeds | " + " | ".join(column_name(k) for k in sets) +
                    " | s/step | rollouts/step | flags | commits |")

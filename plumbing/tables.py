@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 HELD = ("test_seen", "test_unseen")
+SHORT_TYPES = ("pick_and_place_simple", "look_at_obj_in_light")  # ALFWorld's short types; the rest: long
 SHORT = {"pick_and_place_simple": "Pick", "look_at_obj_in_light": "Look",
          "pick_clean_then_place_in_recep": "Clean", "pick_heat_then_place_in_recep": "Heat",
          "pick_cool_then_place_in_recep": "Cool", "pick_two_obj_and_place": "Pick Two"}
@@ -69,13 +70,14 @@ def detectable(sd, n1, n2=None, power=0.8):
     return (t_quantile(0.975, df) + t_quantile(power, df)) * sd * scale
 
 
-def held_counts(summary, sampled):
-    """{task type, 'seen', 'unseen', 'all': (won, games)} of a run's final evaluation on the held-out
-    splits."""
+def held_counts(ev, sampled):
+    """{task type, 'seen', 'unseen', 'all': (won, games)} of one evaluation (a summary's "final", or the
+    "eval" of an entry of its "evals") on the held-out splits."""
     out = {}
     for split in HELD:
-        c = summary["final"]["counts"][split + ("_sampled" if sampled else "")]
-        pairs = list(c["per_type"].items()) + [(split[5:], (c["won"], c["n"])), ("all", (c["won"], c["n"]))]
+        c = ev["counts"][split + ("_sampled" if sampled else "")]
+        pairs = (list(c["per_type"].items()) + [(split[5:], (c["won"], c["n"])), ("all", (c["won"], c["n"]))]
+                 + [("short" if t in SHORT_TYPES else "long", x) for t, x in c["per_type"].items()])
         for key, (won, n) in pairs:
             w, m = out.get(key, (0, 0))
             out[key] = (w + won, m + n)
@@ -86,13 +88,41 @@ def _pm(v):
     return f"{np.mean(v):.1f} ± {np.std(v):.1f}" if len(v) > 1 else f"{v[0]:.1f}" if v else ""
 
 
-def regime_tables(rows, wilson):
-    """rows: {method name: [run summaries, one per seed]} of one setting -> the Markdown of Tables 1-3.
-    wilson(k, n) -> (lo, hi): report.wilson."""
-    types = [t for t in SHORT if any(t in held_counts(s, False)
+def brief_table(rows, pct):
+    """One row per method: overall held-out success greedy and sampled (mean ± std over seeds, [the bootstrap
+    interval over seeds]), greedy on the short (Pick, Look) and the long types, cost as ratios to GRPO's."""
+    def cell(rs, key, sampled):
+        v = [pct(s, key, sampled) for s in rs]
+        lo, hi = bootstrap_ci(v)
+        return f"{_pm(v)} [{lo:.1f}–{hi:.1f}]"
+    greedy = lambda rs, key: _pm([pct(s, key, False) for s in rs  # noqa: E731
+                                  if key in held_counts(s["final"], False)])
+    grpo = {k: np.mean([s[k] for s in rows["grpo"]]) if "grpo" in rows else float("nan")
+            for k in ("s_per_step", "rollouts_per_step")}
+    out = ["| method | seeds | greedy | sampled (T = 0.4) | greedy, short types | greedy, long types | "
+           "s/step × GRPO | rollouts × GRPO |", "|---|---|---|---|---|---|---|---|"]
+    for name, rs in rows.items():
+        out.append(f"| {LABEL.get(name, name)} | {len(rs)} | {cell(rs, 'all', False)} | "
+                   f"{cell(rs, 'all', True)} | {greedy(rs, 'short')} | {greedy(rs, 'long')} | "
+                   f"{np.mean([s['s_per_step'] for s in rs]) / grpo['s_per_step']:.2f} | "
+                   f"{np.mean([s['rollouts_per_step'] for s in rs]) / grpo['rollouts_per_step']:.2f} |")
+    return out
+
+
+def regime_tables(rows, wilson, brief=False):
+    """rows: {method name: [run summaries, one per seed]} of one setting -> the Markdown of Tables 1-3 (brief:
+    brief_table's one table). wilson(k, n) -> (lo, hi): report.wilson."""
+    types = [t for t in SHORT if any(t in held_counts(s["final"], False)
                                      for rs in rows.values() for s in rs)]
     cols = types + ["seen", "unseen", "all"]
-    pct = lambda s, key, sampled: 100 * (lambda w, n: w / n)(*held_counts(s, sampled)[key])  # noqa: E731
+    pct = lambda s, key, sampled: (  # noqa: E731
+        100 * (lambda w, n: w / n)(*held_counts(s["final"], sampled)[key]))
+    if brief:
+        return "\n".join(["Hint-free success (%) on the held-out games, mean ± std over seeds [95 % "
+                          "bootstrap interval over seeds]", ""] + brief_table(rows, pct))
+    # the base: every run's evaluation at step 0 (the same model and evaluation seed in each; the first run's)
+    ev0 = next((s["evals"][0]["eval"] for rs in rows.values() for s in rs
+                if s.get("evals") and s["evals"][0]["step"] == 0), None)
     seeds = {n: {s["cfg"]["seed"]: s for s in rs} for n, rs in rows.items()}
     out = []
     for sampled in (False, True):
@@ -101,24 +131,34 @@ def regime_tables(rows, wilson):
         out.append("| method | seeds | " + " | ".join(SHORT.get(c, c) for c in cols) +
                    " | all: 95 % over seeds (bootstrap) | all: 95 % over games (Wilson) |")
         out.append("|---|---|" + "---|" * (len(cols) + 2))
+        if ev0:
+            b = held_counts(ev0, sampled)
+            wl, wh = wilson(*b["all"])
+            out.append("| SFT base (step 0) | - | " + " | ".join(
+                f"{100 * b[c][0] / b[c][1]:.1f}" if c in b else "" for c in cols) +
+                f" | | {100 * wl:.1f}–{100 * wh:.1f} ({b['all'][0]} / {b['all'][1]}) |")
         for name, rs in rows.items():
-            cells = [_pm([pct(s, c, sampled) for s in rs if c in held_counts(s, sampled)]) for c in cols]
+            cells = [_pm([pct(s, c, sampled) for s in rs if c in held_counts(s["final"], sampled)])
+                     for c in cols]
             lo, hi = bootstrap_ci([pct(s, "all", sampled) for s in rs])
-            won, n = (sum(held_counts(s, sampled)["all"][i] for s in rs) for i in (0, 1))
+            won, n = (sum(held_counts(s["final"], sampled)["all"][i] for s in rs) for i in (0, 1))
             wl, wh = wilson(won, n)
             out.append(f"| {LABEL.get(name, name)} | {len(rs)} | " + " | ".join(cells) +
                        f" | {lo:.1f}–{hi:.1f} | {100 * wl:.1f}–{100 * wh:.1f} ({won} / {n}) |")
     if "grpo" in rows:
         base = {k: np.mean([s[k] for s in rows["grpo"]]) for k in ("s_per_step", "rollouts_per_step")}
         out.append("\n*Table 2: cost per training step, as ratios to GRPO's (rollouts include the "
-                   "probes')*\n")
-        out.append("| method | seeds | s/step | × GRPO | rollouts/step | × GRPO |")
-        out.append("|---|---|---|---|---|---|")
+                   "probes'); a run's wall time includes its evaluations*\n")
+        out.append("| method | seeds | s/step | × GRPO | rollouts/step | × GRPO | wall min / run |")
+        out.append("|---|---|---|---|---|---|---|")
         for name, rs in rows.items():
             s_, r_ = ([s[k] for s in rs] for k in ("s_per_step", "rollouts_per_step"))
             out.append(f"| {LABEL.get(name, name)} | {len(rs)} | {_pm(s_)} | "
                        f"{np.mean(s_) / base['s_per_step']:.2f} | {_pm(r_)} | "
-                       f"{np.mean(r_) / base['rollouts_per_step']:.2f} |")
+                       f"{np.mean(r_) / base['rollouts_per_step']:.2f} | "
+                       f"{_pm([s['wall_s'] / 60 for s in rs if s.get('wall_s')])} |")
+        walls = [s["wall_s"] for rs in rows.values() for s in rs if s.get("wall_s")]
+        out.append(f"\nWall time: {len(walls)} runs, {sum(walls) / 3600:.1f} h in all.")
     if "g2" in rows:
         out.append("\n*Table 3: difference from Agent-G² on the same seeds (points of overall held-out "
                    "success; 95 % t interval of the paired differences; detectable: the smallest paired "

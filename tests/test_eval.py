@@ -456,7 +456,7 @@ def test_regime_tables_have_the_papers_shape(tmp_path):
     seed 1 wins 2 / 8 = 25 % (Pick 2 / 4 = 50 %, Look 0 / 4): all 37.5 ± 12.5, Pick 62.5 ± 12.5. grpo seed 0 wins
     1 / 8 = 12.5 %, seed 1 0 / 8. Paired differences grpo - g2: -37.5 and -25.0 -> -31.2; their sd 8.84 over 2
     seeds: half width 12.706 * 8.84 / sqrt 2 = 79.4. Cost: g2 2 s and 96 rollouts a step, grpo 1 s and 64: 2.00,
-    1.50. Wilson of g2's pooled 6 / 16: 18.5-61.4 %."""
+    1.50; wall 150 steps x 2 s + 60 s = 6 min. Wilson of g2's pooled 6 / 16: 18.5-61.4 %."""
     from plumbing.report import table
 
     def run(method, seed, seen, unseen, s_step, rollouts):  # seen / unseen: {type: (won, n)}
@@ -470,8 +470,9 @@ def test_regime_tables_have_the_papers_shape(tmp_path):
         final = {k: v["won"] / v["n"] for k, v in counts.items()}
         json.dump({"cfg": {"preset": "cpu_mix6", "games": "builtin", "task_types": "", "seed": seed,
                            "argv": ["train.py"], "git_commit": "abc"},
-                   "final": {**final, "counts": counts}, "evals": [], "s_per_step": s_step,
-                   "rollouts_per_step": rollouts}, open(d / "summary.json", "w"))
+                   "final": {**final, "counts": counts}, "s_per_step": s_step,
+                   "evals": [{"step": 0, "eval": {"counts": counts}}] if (method, seed) == ("grpo", 1) else [],
+                   "rollouts_per_step": rollouts, "wall_s": 150 * s_step + 60}, open(d / "summary.json", "w"))
         return str(d)
     P, L = "pick_and_place_simple", "look_at_obj_in_light"
     md = table([run("g2", 0, {P: (2, 2), L: (1, 2)}, {P: (1, 2), L: (0, 2)}, 2.0, 96.0),
@@ -481,6 +482,12 @@ def test_regime_tables_have_the_papers_shape(tmp_path):
     assert "| method | seeds | Pick | Look | seen | unseen | all |" in md and md.count("*Table 1 (") == 2
     assert "| Agent-G² | 2 | 62.5 ± 12.5 | 12.5 ± 12.5 | 50.0 ± 25.0 | 25.0 ± 0.0 | 37.5 ± 12.5 | 25.0–50.0 | " \
            "18.5–61.4 (6 / 16) |" in md
-    assert "| Agent-G² | 2 | 2.0 ± 0.0 | 2.00 | 96.0 ± 0.0 | 1.50 |" in md
+    assert "| Agent-G² | 2 | 2.0 ± 0.0 | 2.00 | 96.0 ± 0.0 | 1.50 | 6.0 ± 0.0 |" in md  # (150 * 2 + 60) / 60
+    assert "Wall time: 4 runs, 0.3 h in all." in md  # (2 * 360 + 2 * 210) / 3600 = 0.32
     assert "| GRPO | 2 | -31.2 [-110.7, +48.2] |" in md
+    brief = table([os.path.join(str(tmp_path), m, f"s{k}") for m in ("g2", "grpo") for k in (0, 1)], brief=True)
+    assert "| Agent-G² | 2 | 37.5 ± 12.5 [25.0–50.0] | 37.5 ± 12.5 [25.0–50.0] | 37.5 ± 12.5 |  | 2.00 | 1.50 |" in brief
+    assert "*Table 1" not in brief  # Pick and Look are the short types: no long type, an empty cell
+    # the base row: the first run's evaluation at step 0 (here grpo/s1's counts, 0 of 8: Wilson 0-32.4 %)
+    assert "| SFT base (step 0) | - | 0.0 | 0.0 | 0.0 | 0.0 | 0.0 | | 0.0–32.4 (0 / 8) |" in md
     assert "Agent-G² − GRPO, 2 and 2 seeds (unpaired): greedy +31.2 points" in md
