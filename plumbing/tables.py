@@ -120,7 +120,7 @@ def regime_tables(rows, wilson, brief=False):
     if brief:
         return "\n".join(["Hint-free success (%) on the held-out games, mean ± std over seeds [95 % "
                           "bootstrap interval over seeds]", ""] + brief_table(rows, pct))
-    # the base: every run's evaluation at step 0 (the same model and evaluation seed in each; the first run's)
+    # the base: the first run's evaluation at step 0 (greedy is the same in every run; sampled follows the seed)
     ev0 = next((s["evals"][0]["eval"] for rs in rows.values() for s in rs
                 if s.get("evals") and s["evals"][0]["step"] == 0), None)
     seeds = {n: {s["cfg"]["seed"]: s for s in rs} for n, rs in rows.items()}
@@ -134,7 +134,7 @@ def regime_tables(rows, wilson, brief=False):
         if ev0:
             b = held_counts(ev0, sampled)
             wl, wh = wilson(*b["all"])
-            out.append("| SFT base (step 0) | - | " + " | ".join(
+            out.append("| SFT base (step 0 of the first run) | 1 | " + " | ".join(
                 f"{100 * b[c][0] / b[c][1]:.1f}" if c in b else "" for c in cols) +
                 f" | | {100 * wl:.1f}–{100 * wh:.1f} ({b['all'][0]} / {b['all'][1]}) |")
         for name, rs in rows.items():

@@ -489,5 +489,5 @@ def test_regime_tables_have_the_papers_shape(tmp_path):
     assert "| Agent-G² | 2 | 37.5 ± 12.5 [25.0–50.0] | 37.5 ± 12.5 [25.0–50.0] | 37.5 ± 12.5 |  | 2.00 | 1.50 |" in brief
     assert "*Table 1" not in brief  # Pick and Look are the short types: no long type, an empty cell
     # the base row: the first run's evaluation at step 0 (here grpo/s1's counts, 0 of 8: Wilson 0-32.4 %)
-    assert "| SFT base (step 0) | - | 0.0 | 0.0 | 0.0 | 0.0 | 0.0 | | 0.0–32.4 (0 / 8) |" in md
+    assert "| SFT base (step 0 of the first run) | 1 | 0.0 | 0.0 | 0.0 | 0.0 | 0.0 | | 0.0–32.4 (0 / 8) |" in md
     assert "Agent-G² − GRPO, 2 and 2 seeds (unpaired): greedy +31.2 points" in md
