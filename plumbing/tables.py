@@ -120,7 +120,7 @@ def regime_tables(rows, wilson, brief=False):
     if brief:
         return "\n".join(["Hint-free success (%) on the held-out games, mean ± std over seeds [95 % "
                           "bootstrap interval over seeds]", ""] + brief_table(rows, pct))
-    # the base: the first run's evaluation at step 0 (greedy is the same in every run; sampled follows the seed)
+    # the base: the first run's evaluation at step 0 (greedy: the same in every run; sampled: its seed's)
     ev0 = next((s["evals"][0]["eval"] for rs in rows.values() for s in rs
                 if s.get("evals") and s["evals"][0]["step"] == 0), None)
     seeds = {n: {s["cfg"]["seed"]: s for s in rs} for n, rs in rows.items()}
