@@ -147,7 +147,7 @@ done
 #      (runs/cpu_<regime>/<method>/s<seed>), seed by seed so that a stopped grid has whole seeds.
 #      pick2 (docs/results.md §5): Agent-G² and GRPO 3 seeds, four schedules 2, enumeration 1, and seed 0 of the
 #      hint sources' two runs (half the tasks without an expert trajectory, hinted by the policy's own wins or left
-#      unhinted). mix6 (docs/results.md §6): all six task types, held-out games; Agent-G² and GRPO 5 seeds, the
+#      unhinted). mix6 (docs/results.md §8): all six task types, held-out games; Agent-G² and GRPO 5 seeds, the
 #      scalar schedules, the probe (binary search) and the ablations sigma = 0, uniform, K = 1, eta = 0 with 3.
 case "$ONLY" in
     pick2) PLAN="g2:012 grpo:012 fixed:01 linear:01 target_acc:01 binary:01 enum:0 self_hints:0 half_hints:0" ;;

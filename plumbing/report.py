@@ -8,13 +8,13 @@ Everything here reads log.jsonl / summary.json / config.json; nothing plays an e
 """
 import collections
 import json
-import math
 import os
 import re
 
 import numpy as np
 
 from config import METHODS
+from plumbing.tables import mean_std, regime_tables, wilson
 
 
 def step_line(rec):
@@ -223,16 +223,6 @@ def dynamics(runs, path):
     print(f"(plot: {path})")
 
 
-def wilson(k, n, z=1.96):
-    """95 % Wilson score interval of k successes in n trials -> (lo, hi)."""
-    if n == 0:
-        return (float("nan"), float("nan"))
-    p = k / n
-    c = (p + z * z / (2 * n)) / (1 + z * z / n)
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, c - h), min(1.0, c + h))
-
-
 # ---------------------------------------------------------------------------------------------
 # runs: summaries and tables (finished runs -> Markdown, mean ± std over seeds)
 # ---------------------------------------------------------------------------------------------
@@ -386,9 +376,8 @@ def table(runs, brief=False):
         sets += [(k, when) for k in named for when in ("last", "best")]
         out.append(f"\n**{env} / preset {preset} / {data}**\n")
         if any(k.startswith("test_") for s in ss for k in s["final"]):  # held-out splits: the paper's shape
-            from plumbing.tables import regime_tables
             out.append(regime_tables({n: rows[n] for n in sorted(rows, key=lambda n: order.get(n, (99, 0)))},
-                                     wilson, brief))
+                                     brief))
             continue
         out.append("| method | seeds | " + " | ".join(column_name(k) for k in sets) +
                    " | s/step | rollouts/step | flags | commits |")
@@ -431,16 +420,6 @@ def column_name(k):
     if isinstance(k, tuple):
         return f"{k[0]} % {k[1]}"
     return k[:-6] + " score" if k.endswith("_score") else f"{k} %"
-
-
-def mean_std(v):
-    """A table cell: mean ± std over seeds, NaNs dropped; one seed shows its value (it has no std)."""
-    v = [x for x in v if x == x]
-    if not v:
-        return ""
-    if len(v) == 1:
-        return f"{v[0]:.1f}"
-    return f"{np.mean(v):.1f} ± {np.std(v):.1f}"
 
 
 def pooled_ci(rs, k, task_type=None):

@@ -10,6 +10,7 @@ test_seen and test_unseen), from the kept summaries: `python eval.py table resul
 - Table 3's shape: each method's difference from Agent-G² on the same seeds (paired), with a 95 % t interval,
   and the smallest paired difference those seeds could detect at 80 % power; then Agent-G² against GRPO
   (unpaired, each row's seeds).
+The cells' statistics live here too (wilson, mean_std: report.table's cells as well).
 """
 import math
 
@@ -17,12 +18,32 @@ import numpy as np
 
 HELD = ("test_seen", "test_unseen")
 SHORT_TYPES = ("pick_and_place_simple", "look_at_obj_in_light")  # ALFWorld's short types; the rest: long
-SHORT = {"pick_and_place_simple": "Pick", "look_at_obj_in_light": "Look",
-         "pick_clean_then_place_in_recep": "Clean", "pick_heat_then_place_in_recep": "Heat",
-         "pick_cool_then_place_in_recep": "Cool", "pick_two_obj_and_place": "Pick Two"}
+TYPE_LABEL = {"pick_and_place_simple": "Pick", "look_at_obj_in_light": "Look",
+              "pick_clean_then_place_in_recep": "Clean", "pick_heat_then_place_in_recep": "Heat",
+              "pick_cool_then_place_in_recep": "Cool", "pick_two_obj_and_place": "Pick Two"}
 LABEL = {"g2": "Agent-G²", "grpo": "GRPO", "fixed": "fixed ratio 0.5", "linear": "linear decay",
          "target_acc": "target-acc", "binary": "binary search (probe)", "no_sampling": "σ = 0 (no sampling)",
          "uniform": "uniform sampling", "K1": "K = 1", "no_aux": "η = 0 (no aux loss)"}
+
+
+def wilson(k, n, z=1.96):
+    """95 % Wilson score interval of k successes in n trials -> (lo, hi)."""
+    if n == 0:
+        return (float("nan"), float("nan"))
+    p = k / n
+    c = (p + z * z / (2 * n)) / (1 + z * z / n)
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, c - h), min(1.0, c + h))
+
+
+def mean_std(v):
+    """A table cell: mean ± std over seeds, NaNs dropped; one seed shows its value (it has no std)."""
+    v = [x for x in v if x == x]
+    if not v:
+        return ""
+    if len(v) == 1:
+        return f"{v[0]:.1f}"
+    return f"{np.mean(v):.1f} ± {np.std(v):.1f}"
 
 
 def t_quantile(p, df):
@@ -84,8 +105,10 @@ def held_counts(ev, sampled):
     return out
 
 
-def _pm(v):
-    return f"{np.mean(v):.1f} ± {np.std(v):.1f}" if len(v) > 1 else f"{v[0]:.1f}" if v else ""
+def grpo_cost(rows):
+    """GRPO's mean seconds and rollouts per step (NaN without a GRPO row): what Table 2's ratios divide by."""
+    return {k: np.mean([s[k] for s in rows["grpo"]]) if "grpo" in rows else float("nan")
+            for k in ("s_per_step", "rollouts_per_step")}
 
 
 def brief_table(rows, pct):
@@ -94,11 +117,10 @@ def brief_table(rows, pct):
     def cell(rs, key, sampled):
         v = [pct(s, key, sampled) for s in rs]
         lo, hi = bootstrap_ci(v)
-        return f"{_pm(v)} [{lo:.1f}–{hi:.1f}]"
-    greedy = lambda rs, key: _pm([pct(s, key, False) for s in rs  # noqa: E731
+        return f"{mean_std(v)} [{lo:.1f}–{hi:.1f}]"
+    greedy = lambda rs, key: mean_std([pct(s, key, False) for s in rs  # noqa: E731
                                   if key in held_counts(s["final"], False)])
-    grpo = {k: np.mean([s[k] for s in rows["grpo"]]) if "grpo" in rows else float("nan")
-            for k in ("s_per_step", "rollouts_per_step")}
+    grpo = grpo_cost(rows)
     out = ["| method | seeds | greedy | sampled (T = 0.4) | greedy, short types | greedy, long types | "
            "s/step × GRPO | rollouts × GRPO |", "|---|---|---|---|---|---|---|---|"]
     for name, rs in rows.items():
@@ -109,10 +131,10 @@ def brief_table(rows, pct):
     return out
 
 
-def regime_tables(rows, wilson, brief=False):
+def regime_tables(rows, brief=False):
     """rows: {method name: [run summaries, one per seed]} of one setting -> the Markdown of Tables 1-3 (brief:
-    brief_table's one table). wilson(k, n) -> (lo, hi): report.wilson."""
-    types = [t for t in SHORT if any(t in held_counts(s["final"], False)
+    brief_table's one table)."""
+    types = [t for t in TYPE_LABEL if any(t in held_counts(s["final"], False)
                                      for rs in rows.values() for s in rs)]
     cols = types + ["seen", "unseen", "all"]
     pct = lambda s, key, sampled: (  # noqa: E731
@@ -128,7 +150,7 @@ def regime_tables(rows, wilson, brief=False):
     for sampled in (False, True):
         out.append(f"\n*Table 1 ({'sampled at T = 0.4' if sampled else 'greedy'}): hint-free success (%) on "
                    "the held-out games, mean ± std over seeds*\n")
-        out.append("| method | seeds | " + " | ".join(SHORT.get(c, c) for c in cols) +
+        out.append("| method | seeds | " + " | ".join(TYPE_LABEL.get(c, c) for c in cols) +
                    " | all: 95 % over seeds (bootstrap) | all: 95 % over games (Wilson) |")
         out.append("|---|---|" + "---|" * (len(cols) + 2))
         if ev0:
@@ -138,7 +160,7 @@ def regime_tables(rows, wilson, brief=False):
                 f"{100 * b[c][0] / b[c][1]:.1f}" if c in b else "" for c in cols) +
                 f" | | {100 * wl:.1f}–{100 * wh:.1f} ({b['all'][0]} / {b['all'][1]}) |")
         for name, rs in rows.items():
-            cells = [_pm([pct(s, c, sampled) for s in rs if c in held_counts(s["final"], sampled)])
+            cells = [mean_std([pct(s, c, sampled) for s in rs if c in held_counts(s["final"], sampled)])
                      for c in cols]
             lo, hi = bootstrap_ci([pct(s, "all", sampled) for s in rs])
             won, n = (sum(held_counts(s["final"], sampled)["all"][i] for s in rs) for i in (0, 1))
@@ -146,17 +168,17 @@ def regime_tables(rows, wilson, brief=False):
             out.append(f"| {LABEL.get(name, name)} | {len(rs)} | " + " | ".join(cells) +
                        f" | {lo:.1f}–{hi:.1f} | {100 * wl:.1f}–{100 * wh:.1f} ({won} / {n}) |")
     if "grpo" in rows:
-        base = {k: np.mean([s[k] for s in rows["grpo"]]) for k in ("s_per_step", "rollouts_per_step")}
+        base = grpo_cost(rows)
         out.append("\n*Table 2: cost per training step, as ratios to GRPO's (rollouts include the "
                    "probes'); a run's wall time includes its evaluations*\n")
         out.append("| method | seeds | s/step | × GRPO | rollouts/step | × GRPO | wall min / run |")
         out.append("|---|---|---|---|---|---|---|")
         for name, rs in rows.items():
             s_, r_ = ([s[k] for s in rs] for k in ("s_per_step", "rollouts_per_step"))
-            out.append(f"| {LABEL.get(name, name)} | {len(rs)} | {_pm(s_)} | "
-                       f"{np.mean(s_) / base['s_per_step']:.2f} | {_pm(r_)} | "
+            out.append(f"| {LABEL.get(name, name)} | {len(rs)} | {mean_std(s_)} | "
+                       f"{np.mean(s_) / base['s_per_step']:.2f} | {mean_std(r_)} | "
                        f"{np.mean(r_) / base['rollouts_per_step']:.2f} | "
-                       f"{_pm([s['wall_s'] / 60 for s in rs if s.get('wall_s')])} |")
+                       f"{mean_std([s['wall_s'] / 60 for s in rs if s.get('wall_s')])} |")
         walls = [s["wall_s"] for rs in rows.values() for s in rs if s.get("wall_s")]
         out.append(f"\nWall time: {len(walls)} runs, {sum(walls) / 3600:.1f} h in all.")
     if "g2" in rows:
