@@ -194,8 +194,11 @@ def regime_tables(rows, brief=False):
                 d = [pct(seeds[name][k], "all", sampled) - pct(seeds["g2"][k], "all", sampled)
                      for k in common]
                 m, h = t_interval(d)
-                sd = float(np.std(d, ddof=1)) if len(d) > 1 else float("nan")
-                cells += [f"{m:+.1f} [{m - h:+.1f}, {m + h:+.1f}]", f"{detectable(sd, len(d)):.1f}"]
+                if len(d) < 2:  # one paired seed: a difference, no spread to size an interval with
+                    cells += [f"{m:+.1f} [—]", "—"]
+                    continue
+                cells += [f"{m:+.1f} [{m - h:+.1f}, {m + h:+.1f}]",
+                          f"{detectable(float(np.std(d, ddof=1)), len(d)):.1f}"]
             out.append(f"| {LABEL.get(name, name)} | {len(common)} | " + " | ".join(cells) + " |")
     if "g2" in rows and "grpo" in rows:
         parts = []
@@ -204,8 +207,9 @@ def regime_tables(rows, brief=False):
             sd = math.sqrt(((len(a) - 1) * np.var(a, ddof=1) + (len(b) - 1) * np.var(b, ddof=1))
                            / max(len(a) + len(b) - 2, 1)) if min(len(a), len(b)) > 1 else float("nan")
             m, h = np.mean(a) - np.mean(b), detectable(sd, len(a), len(b))
-            parts.append(f"{'sampled' if sampled else 'greedy'} {m:+.1f} points (pooled seed std {sd:.1f}; "
-                         f"detectable at 80 % power: {h:.1f})")
+            spread = ("one seed a side: no spread yet" if math.isnan(sd) else
+                      f"pooled seed std {sd:.1f}; detectable at 80 % power: {h:.1f}")
+            parts.append(f"{'sampled' if sampled else 'greedy'} {m:+.1f} points ({spread})")
         out.append(f"\nAgent-G² − GRPO, {len(rows['g2'])} and {len(rows['grpo'])} seeds (unpaired): "
                    + "; ".join(parts) + ".")
     return "\n".join(out)

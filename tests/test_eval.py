@@ -491,3 +491,7 @@ def test_regime_tables_have_the_papers_shape(tmp_path):
     # the base row: the first run's evaluation at step 0 (here grpo/s1's counts, 0 of 8: Wilson 0-32.4 %)
     assert "| SFT base (step 0 of the first run) | 1 | 0.0 | 0.0 | 0.0 | 0.0 | 0.0 | | 0.0–32.4 (0 / 8) |" in md
     assert "Agent-G² − GRPO, 2 and 2 seeds (unpaired): greedy +31.2 points" in md
+    # one seed a side: the difference alone, no interval (-37.5: grpo/s0 12.5 % - g2/s0 50 %)
+    one = table([os.path.join(str(tmp_path), m, "s0") for m in ("g2", "grpo")])
+    assert "| GRPO | 1 | -37.5 [—] | — | -37.5 [—] | — |" in one and "nan" not in one
+    assert "greedy +37.5 points (one seed a side: no spread yet)" in one
