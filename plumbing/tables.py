@@ -184,7 +184,8 @@ def regime_tables(rows, brief=False):
     if "g2" in rows:
         out.append("\n*Table 3: difference from Agent-G² on the same seeds (points of overall held-out "
                    "success; 95 % t interval of the paired differences; detectable: the smallest paired "
-                   "difference these seeds detect at 80 % power, two-sided 5 %)*\n")
+                   "difference these seeds detect at 80 % power, two-sided 5 %; —: one paired seed, or the same "
+                   "difference on every seed, which leaves no spread to size them with)*\n")
         out.append("| method | paired seeds | Δ greedy | detectable | Δ sampled | detectable |")
         out.append("|---|---|---|---|---|---|")
         for name in [n for n in rows if n != "g2"]:
@@ -194,8 +195,8 @@ def regime_tables(rows, brief=False):
                 d = [pct(seeds[name][k], "all", sampled) - pct(seeds["g2"][k], "all", sampled)
                      for k in common]
                 m, h = t_interval(d)
-                if len(d) < 2:  # one paired seed: a difference, no spread to size an interval with
-                    cells += [f"{m:+.1f} [—]", "—"]
+                if len(d) < 2 or max(d) - min(d) < 1e-9:  # one paired seed, or one difference on every seed
+                    cells += [f"{m:+.1f} [—]", "—"]  # (success moves in steps of 1 / 144): no spread to size with
                     continue
                 cells += [f"{m:+.1f} [{m - h:+.1f}, {m + h:+.1f}]",
                           f"{detectable(float(np.std(d, ddof=1)), len(d)):.1f}"]
@@ -208,6 +209,7 @@ def regime_tables(rows, brief=False):
                            / max(len(a) + len(b) - 2, 1)) if min(len(a), len(b)) > 1 else float("nan")
             m, h = np.mean(a) - np.mean(b), detectable(sd, len(a), len(b))
             spread = ("one seed a side: no spread yet" if math.isnan(sd) else
+                      "every seed the same: no spread yet" if sd < 1e-9 else
                       f"pooled seed std {sd:.1f}; detectable at 80 % power: {h:.1f}")
             parts.append(f"{'sampled' if sampled else 'greedy'} {m:+.1f} points ({spread})")
         out.append(f"\nAgent-G² − GRPO, {len(rows['g2'])} and {len(rows['grpo'])} seeds (unpaired): "

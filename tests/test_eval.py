@@ -495,3 +495,9 @@ def test_regime_tables_have_the_papers_shape(tmp_path):
     one = table([os.path.join(str(tmp_path), m, "s0") for m in ("g2", "grpo")])
     assert "| GRPO | 1 | -37.5 [—] | — | -37.5 [—] | — |" in one and "nan" not in one
     assert "greedy +37.5 points (one seed a side: no spread yet)" in one
+    # the same paired difference on both seeds (fixed 3 / 8 and 1 / 8 against g2's 4 / 8 and 2 / 8: -12.5 twice):
+    # its t interval would have width 0 and its detectable difference 0.0; the table prints — for both
+    same = table([run("fixed", 0, {P: (2, 2), L: (0, 2)}, {P: (1, 2), L: (0, 2)}, 1.0, 64.0),
+                  run("fixed", 1, {P: (1, 2), L: (0, 2)}, {P: (0, 2), L: (0, 2)}, 1.0, 64.0)]
+                 + [os.path.join(str(tmp_path), "g2", f"s{k}") for k in (0, 1)])
+    assert "| fixed ratio 0.5 | 2 | -12.5 [—] | — | -12.5 [—] | — |" in same and "0.0 |" not in same.split("Table 3")[1]
