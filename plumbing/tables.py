@@ -184,8 +184,8 @@ def regime_tables(rows, brief=False):
     if "g2" in rows:
         out.append("\n*Table 3: difference from Agent-G² on the same seeds (points of overall held-out "
                    "success; 95 % t interval of the paired differences; detectable: the smallest paired "
-                   "difference these seeds detect at 80 % power, two-sided 5 %; —: one paired seed, or the same "
-                   "difference on every seed, which leaves no spread to size them with)*\n")
+                   "difference these seeds detect at 80 % power, two-sided 5 %; —: one paired seed, or the "
+                   "same difference on every seed, which leaves no spread to size them with)*\n")
         out.append("| method | paired seeds | Δ greedy | detectable | Δ sampled | detectable |")
         out.append("|---|---|---|---|---|---|")
         for name in [n for n in rows if n != "g2"]:
@@ -195,8 +195,10 @@ def regime_tables(rows, brief=False):
                 d = [pct(seeds[name][k], "all", sampled) - pct(seeds["g2"][k], "all", sampled)
                      for k in common]
                 m, h = t_interval(d)
-                if len(d) < 2 or max(d) - min(d) < 1e-9:  # one paired seed, or one difference on every seed
-                    cells += [f"{m:+.1f} [—]", "—"]  # (success moves in steps of 1 / 144): no spread to size with
+                # one paired seed, or one difference on every seed (success moves in steps of 1 / 144):
+                # no spread to size an interval or a detectable difference with
+                if len(d) < 2 or max(d) - min(d) < 1e-9:
+                    cells += [f"{m:+.1f} [—]", "—"]
                     continue
                 cells += [f"{m:+.1f} [{m - h:+.1f}, {m + h:+.1f}]",
                           f"{detectable(float(np.std(d, ddof=1)), len(d)):.1f}"]

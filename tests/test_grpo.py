@@ -746,7 +746,8 @@ def test_packed_rows_score_as_one_row_a_sequence(tiny):
                                        "--dual_clip", "3", "--aux_agg", "prefix-mean", "--micro_batch", "4"]])
 def test_the_update_is_the_same_with_rows_packed(tiny, argv):
     """Update.batch on a fixed batch whose rows share prefixes, --pack_tokens 0 (one padded sequence a row) and
-    512: every logged term, the last mini-batch's gradients and the new parameters agree to 1e-6 (relative)."""
+    512: every logged term (1e-6 relative, or 1e-7 absolute for terms that cancel), the last mini-batch's gradients
+    and the new parameters agree to 1e-6 (relative)."""
     _, tok = tiny
     out, grads, params = {}, {}, {}
     for pack in ("0", "512"):
@@ -761,7 +762,11 @@ def test_the_update_is_the_same_with_rows_packed(tiny, argv):
         params[pack] = torch.cat([p.detach().flatten() for p in m.parameters()])
     assert out["0"].keys() == out["512"].keys()
     assert ("--kl_coef" not in argv) or (out["0"]["kl"] > 0 and out["0"]["entropy"] > 0)
+    # abs: pg is a signed mean of terms of size ~0.5 (ratio * A) that cancel to ~3e-3; float32 rounds each term at
+    # ~3e-8 and packing changes the matmul shapes, hence the order of rounding (pg came out 5e-9 apart on one
+    # CPU, 2e-6 relative): the comparison is on the terms' scale, where packed positions doubled or a mask that
+    # lets each token see the next moves pg by 2e-5 to 3e-5
     for k, v in out["0"].items():
-        assert out["512"][k] == pytest.approx(v, rel=1e-6, abs=1e-9), k
+        assert out["512"][k] == pytest.approx(v, rel=1e-6, abs=1e-7), k
     assert ((grads["0"] - grads["512"]).norm() / grads["0"].norm()).item() < 1e-6
     assert ((params["0"] - params["512"]).norm() / params["0"].norm()).item() < 1e-6
