@@ -171,14 +171,17 @@ def regime_tables(rows, brief=False):
         base = grpo_cost(rows)
         out.append("\n*Table 2: cost per training step, as ratios to GRPO's (rollouts include the "
                    "probes'); a run's wall time includes its evaluations*\n")
-        out.append("| method | seeds | s/step | × GRPO | rollouts/step | × GRPO | wall min / run |")
-        out.append("|---|---|---|---|---|---|---|")
+        out.append("| method | seeds | s/step | × GRPO | rollouts/step | × GRPO | wall min / run | wall min, "
+                   "seed by seed |")
+        out.append("|---|---|---|---|---|---|---|---|")
         for name, rs in rows.items():
             s_, r_ = ([s[k] for s in rs] for k in ("s_per_step", "rollouts_per_step"))
             out.append(f"| {LABEL.get(name, name)} | {len(rs)} | {mean_std(s_)} | "
                        f"{np.mean(s_) / base['s_per_step']:.2f} | {mean_std(r_)} | "
                        f"{np.mean(r_) / base['rollouts_per_step']:.2f} | "
-                       f"{mean_std([s['wall_s'] / 60 for s in rs if s.get('wall_s')])} |")
+                       f"{mean_std([s['wall_s'] / 60 for s in rs if s.get('wall_s')])} | " +
+                       ", ".join(f"s{k} {s['wall_s'] / 60:.1f}" for k, s in sorted(seeds[name].items())
+                                 if s.get("wall_s")) + " |")
         walls = [s["wall_s"] for rs in rows.values() for s in rs if s.get("wall_s")]
         out.append(f"\nWall time: {len(walls)} runs, {sum(walls) / 3600:.1f} h in all.")
     if "g2" in rows:

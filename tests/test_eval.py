@@ -482,7 +482,9 @@ def test_regime_tables_have_the_papers_shape(tmp_path):
     assert "| method | seeds | Pick | Look | seen | unseen | all |" in md and md.count("*Table 1 (") == 2
     assert "| Agent-G² | 2 | 62.5 ± 12.5 | 12.5 ± 12.5 | 50.0 ± 25.0 | 25.0 ± 0.0 | 37.5 ± 12.5 | 25.0–50.0 | " \
            "18.5–61.4 (6 / 16) |" in md
-    assert "| Agent-G² | 2 | 2.0 ± 0.0 | 2.00 | 96.0 ± 0.0 | 1.50 | 6.0 ± 0.0 |" in md  # (150 * 2 + 60) / 60
+    # wall: g2 (150 * 2 + 60) / 60 = 6.0 min, grpo (150 * 1 + 60) / 60 = 3.5 min, on each seed
+    assert "| Agent-G² | 2 | 2.0 ± 0.0 | 2.00 | 96.0 ± 0.0 | 1.50 | 6.0 ± 0.0 | s0 6.0, s1 6.0 |" in md
+    assert "| GRPO | 2 | 1.0 ± 0.0 | 1.00 | 64.0 ± 0.0 | 1.00 | 3.5 ± 0.0 | s0 3.5, s1 3.5 |" in md
     assert "Wall time: 4 runs, 0.3 h in all." in md  # (2 * 360 + 2 * 210) / 3600 = 0.32
     assert "| GRPO | 2 | -31.2 [-110.7, +48.2] |" in md
     brief = table([os.path.join(str(tmp_path), m, f"s{k}") for m in ("g2", "grpo") for k in (0, 1)], brief=True)
