@@ -87,21 +87,26 @@ def read_log(run):
     return steps, evals
 
 
-EVAL_SETS = [(("train_panel", "authors_valid_seen", "authors_eval"), "training panel / the authors' draw"),
-             (("val", "valid_seen", "valid_unseen"), "validation")]  # the figure's two success panels
+# the figure's two success panels (and eval_table's columns, in this order): the training panel or the
+# authors' draw beside validation; a regime with held-out games (config/cpu_mix6.py): seen rooms, unseen rooms
+EVAL_SETS = [(("train_panel", "authors_valid_seen", "authors_eval", "test_seen"),
+              "panel / authors' draw / held-out seen"),
+             (("val", "valid_seen", "valid_unseen", "test_unseen"), "validation / held-out unseen")]
 
 
 def eval_table(runs):
-    """Markdown: hint-free success (%) of each run at each evaluation, greedy and sampled,
-    panel and validation."""
-    out = ["| run | step | panel greedy | panel sampled | val greedy | val sampled |",
-           "|---|---|---|---|---|---|"]
+    """Markdown: hint-free success (%) of each run at each evaluation, greedy and sampled, on each split the
+    runs evaluated (EVAL_SETS' order: panel and validation, or a regime's held-out seen and unseen rooms)."""
+    evals = {run: read_log(run)[1] for run in runs}
+    keys = [k for ks, _ in EVAL_SETS for k in ks if any(k in e["eval"] for es in evals.values() for e in es)]
+    label = {"train_panel": "panel"}
+    head = "".join(f"{label.get(k, k)} greedy | {label.get(k, k)} sampled | " for k in keys)
+    out = [("| run | step | " + head).rstrip(), "|---|---|" + "---|" * (2 * len(keys))]
     for run in runs:
-        for e in read_log(run)[1]:
+        for e in evals[run]:
             v = e["eval"]
-            cell = lambda k: f"{100 * v[k]:.1f}" if k in v else ""  # noqa: E731
-            out.append(f"| {run_label(run)} | {e['step']} | {cell('train_panel')} | "
-                       f"{cell('train_panel_sampled')} | {cell('val')} | {cell('val_sampled')} |")
+            cells = [f"{100 * v[k + s]:.1f}" if k + s in v else "" for k in keys for s in ("", "_sampled")]
+            out.append(f"| {run_label(run)} | {e['step']} | " + "".join(c + " | " for c in cells).rstrip())
     return "\n".join(out)
 
 
@@ -155,10 +160,10 @@ def trailing_mean(v, w=10):
 
 
 def dynamics(runs, path):
-    """The training-dynamics figure from log.jsonl: hint-free success (panel, validation; greedy solid,
-    sampled dashed), batch success at the scheduled depths, depth (mean ratio, mu_global), group shares, and
-    sigma per cluster, all against step. One colour per method (run_name), its seeds in lighter shades. Prints
-    the eval, step and window tables."""
+    """The training-dynamics figure from log.jsonl (returned, and saved to path): hint-free success (panel and
+    validation, or held-out seen and unseen rooms; greedy solid, sampled dashed), batch success at the
+    scheduled depths, depth (mean ratio, mu_global), group shares, and sigma per cluster, all against step.
+    One colour per method (run_name), its seeds in lighter shades. Prints the eval, step and window tables."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -178,7 +183,7 @@ def dynamics(runs, path):
                     if pts:
                         a.plot(*zip(*pts), ls, color=c, alpha=alpha, marker="o", ms=4,
                                label=f"{name}{tag}{' sampled' if suffix else ''}")
-            a.set_title(f"{title}, hint-free: greedy, sampled (--)", fontsize=10)
+            a.set_title(f"{title}, hint-free (sampled --)", fontsize=10)
         x = [r["step"] for r in steps]
         sm = trailing_mean
         xs = x[len(x) - len(sm(x)):]  # each point: the mean of the 10 steps up to it
@@ -221,6 +226,7 @@ def dynamics(runs, path):
     print()
     print(window_table(runs))
     print(f"(plot: {path})")
+    return fig
 
 
 # ---------------------------------------------------------------------------------------------

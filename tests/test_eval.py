@@ -312,6 +312,29 @@ def test_trailing_mean_and_the_figure_on_hinted_and_plain_runs(tmp_path, capsys)
     assert "| g2/s0 | 0 | 25.0 |" in out and "| grpo | 1 | 10–11 | 0.500 |" in out
 
 
+def test_the_figure_and_eval_table_show_held_out_splits(tmp_path, capsys):
+    """A regime evaluated on held-out games (test_seen, test_unseen) gets the figure's two success panels and
+    eval_table's columns: seen rooms left, unseen right. Hand values: 0.25 -> 25.0, 0.125 -> 12.5, 0.5 -> 50.0."""
+    from plumbing.report import dynamics
+    d = tmp_path / "g2" / "s0"
+    d.mkdir(parents=True)
+    with open(d / "log.jsonl", "w") as f:
+        f.write(json.dumps({"step": 0, "eval": {"test_seen": 0.25, "test_seen_sampled": 0.125,
+                                                "test_unseen": 0.5, "test_unseen_sampled": 0.0, "counts": {}}}) + "\n")
+        for step in range(3):
+            f.write(json.dumps({"step": step, "success": 0.5, "all0": 0.2, "in_band": 0.3, "all1": 0.1,
+                                "mean_r": 0.5, "mu_global": 0.9, "mu_k": [0.5], "sigma_k": [0.1],
+                                "zero_adv_groups": 1, "groups": 4, "rollouts_played": 64, "t_step": 1.0,
+                                "update_rel": 1e-3}) + "\n")
+    fig = dynamics([str(d)], str(tmp_path / "fig.png"))
+    seen, unseen = fig.axes[0].get_lines(), fig.axes[1].get_lines()
+    assert [tuple(x.get_ydata()) for x in seen] == [(25.0,), (12.5,)]
+    assert [tuple(x.get_ydata()) for x in unseen] == [(50.0,), (0.0,)]
+    out = capsys.readouterr().out
+    assert "| run | step | test_seen greedy | test_seen sampled | test_unseen greedy | test_unseen sampled |" in out
+    assert "| g2/s0 | 0 | 25.0 | 12.5 | 50.0 | 0.0 |" in out
+
+
 def test_authors_draw_replays_textworlds_seeded_streams():
     """The authors' ALFWorld validation: worker i's games come from TextWorld's own stream, seeded 1000 + i
     (TextworldBatchGymEnv.seed: a RandomState shuffle of the game list, then shuffled_cycle, which reshuffles after
