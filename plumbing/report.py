@@ -100,13 +100,13 @@ def eval_table(runs):
     evals = {run: read_log(run)[1] for run in runs}
     keys = [k for ks, _ in EVAL_SETS for k in ks if any(k in e["eval"] for es in evals.values() for e in es)]
     label = {"train_panel": "panel"}
-    head = "".join(f"{label.get(k, k)} greedy | {label.get(k, k)} sampled | " for k in keys)
-    out = [("| run | step | " + head).rstrip(), "|---|---|" + "---|" * (2 * len(keys))]
+    cols = [f"{label.get(k, k)} {d}" for k in keys for d in ("greedy", "sampled")]
+    out = ["| " + " | ".join(["run", "step"] + cols) + " |", "|---" * (2 + len(cols)) + "|"]
     for run in runs:
         for e in evals[run]:
             v = e["eval"]
             cells = [f"{100 * v[k + s]:.1f}" if k + s in v else "" for k in keys for s in ("", "_sampled")]
-            out.append(f"| {run_label(run)} | {e['step']} | " + "".join(c + " | " for c in cells).rstrip())
+            out.append("| " + " | ".join([run_label(run), str(e["step"])] + cells) + " |")
     return "\n".join(out)
 
 

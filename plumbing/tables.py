@@ -176,12 +176,11 @@ def regime_tables(rows, brief=False):
         out.append("|---|---|---|---|---|---|---|---|")
         for name, rs in rows.items():
             s_, r_ = ([s[k] for s in rs] for k in ("s_per_step", "rollouts_per_step"))
+            wall = {k: s["wall_s"] / 60 for k, s in sorted(seeds[name].items()) if s.get("wall_s")}  # min
             out.append(f"| {LABEL.get(name, name)} | {len(rs)} | {mean_std(s_)} | "
                        f"{np.mean(s_) / base['s_per_step']:.2f} | {mean_std(r_)} | "
-                       f"{np.mean(r_) / base['rollouts_per_step']:.2f} | "
-                       f"{mean_std([s['wall_s'] / 60 for s in rs if s.get('wall_s')])} | " +
-                       ", ".join(f"s{k} {s['wall_s'] / 60:.1f}" for k, s in sorted(seeds[name].items())
-                                 if s.get("wall_s")) + " |")
+                       f"{np.mean(r_) / base['rollouts_per_step']:.2f} | {mean_std(list(wall.values()))} | "
+                       + ", ".join(f"s{k} {m:.1f}" for k, m in wall.items()) + " |")
         walls = [s["wall_s"] for rs in rows.values() for s in rs if s.get("wall_s")]
         out.append(f"\nWall time: {len(walls)} runs, {sum(walls) / 3600:.1f} h in all.")
     if "g2" in rows:
