@@ -579,12 +579,12 @@ def rollout(engine, pool, tok, groups, cfg, seed=0, reply=None):
         st["prefix_steps"] += e["steps"]
         if e["gid"] not in aux_done:  # the prefix is shared by the group's R rollouts: one set of aux rows
             aux_done.add(e["gid"])
-            n_prefix = len(r["prefix_steps"])
             for t, (o, adm, a) in enumerate(r["prefix_steps"]):
                 ids, _ = fit_prompt(tok, e["goal"], e["room"], e["history"][:t], o, adm, t, cfg, e["text"])
-                aux.append({"prompt_ids": ids,
+                aux.append({"prompt_ids": ids,  # allowed: scored as constrained play samples (method §2.2)
                             "response_ids": expert_ids(tok, a, target_think(e["thinks"], t, cfg)),
-                            "gid": e["gid"], "t": t, "n": n_prefix})
+                            "gid": e["gid"], "t": t, "n": len(r["prefix_steps"]),
+                            **({"allowed": choice_ids(tok, adm)} if cfg.constrained else {})})
         e["done"] = e["won"] or e["steps"] >= cfg.max_steps
     turn = 0
     while True:

@@ -770,3 +770,48 @@ def test_the_update_is_the_same_with_rows_packed(tiny, argv):
         assert out["512"][k] == pytest.approx(v, rel=1e-6, abs=1e-7), k
     assert ((grads["0"] - grads["512"]).norm() / grads["0"].norm()).item() < 1e-6
     assert ((params["0"] - params["512"]).norm() / params["0"].norm()).item() < 1e-6
+
+
+class Bigram(torch.nn.Module):
+    """A causal LM whose next-token logits depend on the current token alone (a V x V table): the model call
+    response_logprobs makes (input_ids, attention_mask, position_ids, logits_to_keep, use_cache) -> .logits."""
+
+    def __init__(self, table):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.tensor(table))
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, logits_to_keep=0, use_cache=False):
+        from types import SimpleNamespace
+        return SimpleNamespace(logits=self.table[input_ids][:, -logits_to_keep:])
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5])
+def test_aux_is_the_trie_restricted_nll_at_the_rollout_temperature_by_hand(temperature):
+    """L_aux on two expert rows of a 4-token vocabulary (0 prompt, 1, 2, 3 = EOS), the admissible replies [1, EOS]
+    and [2, 1, EOS]; after token 0 the logits are (0, 0, ln 3, ln 4), after 1 and 2 all 0.
+    Restricted (the rows carry "allowed"): the first token chooses between 1 and 2, the rest is forced (log-prob 0).
+      T = 1:   target 2: p = 3 / (1 + 3);          target 1: p = 1 / 4       -> aux = (ln 4/3 + ln 4) / 5 tokens
+      T = 0.5: logits / T = (0, 0, ln 9, ln 16):  p(2) = 9 / 10, p(1) = 1 / 10 -> aux = (ln 10/9 + ln 10) / 5
+    Over the whole vocabulary (no "allowed", as before the fix), T = 1: p(2) = 3 / 9 and p(1) = 1 / 9 first, then
+    p = 1 / 4 at each of the other three tokens -> (ln 3 + ln 9 + 3 ln 4) / 5."""
+    from types import SimpleNamespace
+    from config import Config
+    from grpo import Update
+    ln = math.log
+    table = [[0.0, 0.0, ln(3), ln(4)], [0.0] * 4, [0.0] * 4, [0.0] * 4]
+    allowed = [[1, 3], [2, 1, 3]]
+    rows = [{"prompt_ids": [0], "response_ids": [2, 1, 3], "n": 2, "allowed": allowed},
+            {"prompt_ids": [0], "response_ids": [1, 3], "n": 2, "allowed": allowed}]
+    tok = SimpleNamespace(pad_token_id=0, eos_token_id=3)
+    cfg = Config(eta=0.5, temperature=temperature, pack_tokens=0)
+    want = {1.0: (ln(4 / 3) + ln(4)) / 5, 0.5: (ln(10 / 9) + ln(10)) / 5}[temperature]
+    learn = Update(cfg, Bigram(table), None, None, None, tok, "cpu")
+    stats = {"aux": 0.0}
+    loss = learn.micro_loss("aux", rows, {"aux_tokens": 5, "aux_weight": 1.0}, {}, stats)
+    assert stats["aux"] == pytest.approx(want, rel=1e-6)
+    assert loss.item() == pytest.approx(0.5 * want, rel=1e-6)  # times eta
+    if temperature == 1.0:
+        stats = {"aux": 0.0}
+        learn.micro_loss("aux", [{k: v for k, v in r.items() if k != "allowed"} for r in rows],
+                         {"aux_tokens": 5, "aux_weight": 1.0}, {}, stats)
+        assert stats["aux"] == pytest.approx((ln(3) + ln(9) + 3 * ln(4)) / 5, rel=1e-6)

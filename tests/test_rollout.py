@@ -605,3 +605,56 @@ def test_admissible_replies_are_tokenised_once_and_reach_vllm_as_one_string(tiny
         for j in range(len(reply) + 1):
             part = reply[:j] + [-1]
             assert trie_options(part, allowed_trie(arg))[-1] == trie_options(part, want)[-1]
+
+
+def test_constrained_aux_rows_are_scored_on_the_trie_the_policy_plays(tiny, pool):
+    """Under --constrained each aux row carries its prefix step's admissible commands (choice_ids) and the update's
+    aux stat on that fixed batch is the trie-restricted NLL at the rollout temperature, written out here from a
+    plain forward pass: at each target position the softmax of logits / T over the tokens that continue some
+    admissible reply. Unconstrained rows carry none; the SFT player drops them (SFT fits the whole vocabulary)."""
+    import copy
+    from transformers import AutoModelForCausalLM
+    from config import get_config
+    from grpo import Update
+    from rollout import choice_ids
+    from variants.players import SFTPlayer
+    path, tok = tiny
+    t = next(t for t in load_tasks("train") if t["L"] >= 4)
+    c = dataclasses.replace(get_config(["--preset", "cpu_pick2"]), max_steps=3, temperature=0.7)
+    out = rollout(ScriptedEngine(tok, t["walkthrough"]), pool, tok, [grp(t, 3, 2)], c)
+    aux = out["aux"]
+    assert len(aux) == 3 and not out["rows"]  # the prefix fills the budget: no policy turn
+    env = __import__("envs").AlfEnv()
+    steps = env.reset(t["gamefile"], t["walkthrough"][:3])["prefix_steps"]
+    for a, (_, adm, act) in zip(aux, steps):
+        assert a["allowed"] == choice_ids(tok, adm) and a["response_ids"] in a["allowed"]
+    plain = rollout(ScriptedEngine(tok, t["walkthrough"]), pool, tok, [grp(t, 3, 2)],
+                    dataclasses.replace(c, constrained=False))
+    assert [a["response_ids"] for a in plain["aux"]] == [a["response_ids"] for a in aux]
+    assert not any("allowed" in a for a in plain["aux"])
+    sft = SFTPlayer(ScriptedEngine(tok, t["walkthrough"]), pool, tok, dataclasses.replace(c, mode="sft_prefix"))
+    assert not any("allowed" in a for a in sft.play(0, [t], [expert_hint(t)], [3])["aux"])
+    # the update's aux stat on this batch against the NLL written out
+    m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    learn = Update(c, m, m, None, torch.optim.AdamW(copy.deepcopy(m).parameters()), tok, "cpu")
+    with torch.no_grad():
+        nll = full = 0.0
+        for a in aux:
+            ids = torch.tensor([a["prompt_ids"] + a["response_ids"]])
+            z = m(input_ids=ids).logits[0, len(a["prompt_ids"]) - 1:-1] / 0.7  # [T, V] predicting the response
+            for j, y in enumerate(a["response_ids"]):
+                keep = sorted({s[j] for s in a["allowed"] if s[:j] == a["response_ids"][:j]})
+                nll -= (z[j, y] - torch.logsumexp(z[j, keep], -1)).item()
+                full -= torch.log_softmax(z[j], -1)[y].item()
+    n_tok = sum(len(a["response_ids"]) for a in aux)
+    stats = {"aux": 0.0}
+    with torch.no_grad():
+        learn.micro_loss("aux", aux, {"aux_tokens": n_tok, "aux_weight": 1.0}, {}, stats)
+    assert stats["aux"] == pytest.approx(nll / n_tok, rel=1e-5)
+    assert nll < full  # the restriction removes mass the constrained policy can never emit
+    assert learn.batch([], aux)["aux"] == pytest.approx(nll / n_tok, rel=1e-5)  # the logged stat, one step
+
+
+def expert_hint(task):
+    from rollout import ExpertSource
+    return ExpertSource([task]).hint(task)

@@ -338,3 +338,30 @@ def test_self_hints_run_and_resume_warns_when_a_run_state_is_missing(tmp_path):
     shutil.rmtree(tmp_path / "ckpt_000002")
     log = train(tmp_path, *common, "--resume", "auto")
     assert "holds no 'hints' state; it starts afresh" in log and "continuing at step 1" in log
+
+
+
+PAPER_TINY = ["--preset", "paper", "--games", "builtin", "--model", "tiny", "--steps", "3", "--batch_tasks", "2",
+              "--max_steps", "20", "--group_size", "2", "--max_new_tokens", "16", "--max_prompt_tokens", "1024",
+              "--eval_games", "-1", "--ckpt_every", "0", "--num_workers", "1", "--micro_batch", "8"]
+MIX6 = ["--preset", "cpu_mix6", "--steps", "3", "--batch_tasks", "4", "--eval_games", "-1", "--ckpt_every", "0"]
+
+
+@pytest.mark.parametrize("name,argv", [("paper_tiny", PAPER_TINY), ("mix6_grpo", MIX6 + ["--scheduler", "none"]),
+                                       ("mix6_no_aux", MIX6 + ["--eta", "0"])])
+def test_runs_the_aux_fix_leaves_alone_keep_their_records(tmp_path, name, argv):
+    """The runs whose code path the trie-restricted L_aux leaves alone give, for 3 steps, the records that
+    tests/data/<name>_3steps.jsonl holds, written before the fix (at a698814) by `python train.py <argv> --out_dir
+    D` (log.jsonl less its t_* fields): --preset paper --model tiny (unconstrained: L_aux over the whole
+    vocabulary, as before), and the mix6 grid's GRPO (no prefix, no aux row) and eta = 0 (aux rows, no aux
+    term). Every field but the timings equal; floats to 1e-6 relative."""
+    p = subprocess.run([sys.executable, "train.py", *argv, "--out_dir", str(tmp_path)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=900, env={**os.environ, "TQDM_DISABLE": "1"})
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    got = [{k: v for k, v in r.items() if not k.startswith("t_")} for r in records(tmp_path)]
+    want = [json.loads(line) for line in open(os.path.join(ROOT, "tests", "data", f"{name}_3steps.jsonl"))]
+    assert [sorted(r) for r in got] == [sorted(r) for r in want]
+    for g, w in zip(got, want):
+        for k in w:
+            assert g[k] == (pytest.approx(w[k], rel=1e-6, abs=1e-12) if isinstance(w[k], float) else w[k]), \
+                (w["step"], k)

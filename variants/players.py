@@ -83,6 +83,8 @@ class SFTPlayer(Player):
                       [group(t, h, d, 1) for t, h, d in zip(tasks, hints, depths)],
                       dataclasses.replace(self.cfg, max_steps=0), self.cfg.seed + step, self.reply)
         out["episodes"] = []
+        for r in out["aux"]:  # SFT fits the expert's text over the whole vocabulary (docs/method.md, "SFT")
+            r.pop("allowed", None)
         return out
 
 
