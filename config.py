@@ -172,6 +172,8 @@ class Config:
     enum_grid: float = F(0.0, "enumeration: ratio grid step (0 = every action depth)")
     ucb_c: float = F(0.1, "--scheduler g2_ucb: exploration bonus weight on the cluster centre")
     mix_gap: float = F(0.15, "--scheduler g2_mix: the components' centres sit mix_gap below / above mu_k")
+    hint_free_share: float = F(0.5, "--scheduler g2_hint_free: the share of each batch's tasks played "
+                                    "from the start (n = 0)")
     # ---- optimisation (docs/method.md §2, Table 5) ----
     mode: str = F("grpo", "grpo (L_GRPO + eta L_aux) | aux_only (no L_GRPO) | sft_full | sft_prefix")
     steps: int = F(200, "training steps T")
@@ -267,6 +269,7 @@ METHODS = {
     "hybrid_probe": ("beyond", "--hybrid_probe 1"),
     "g2_ucb": ("beyond", "--scheduler g2_ucb"),
     "g2_mix": ("beyond", "--scheduler g2_mix"),
+    "hint_free": ("beyond", "--scheduler g2_hint_free"),
 }
 # the rollout-budget sweep of the paper's Figure 2b (bench sched, eval.py diagnose): probes vs Agent-G²
 BUDGET = {"binary M=1": "--scheduler binary --max_probes 1",
@@ -408,8 +411,8 @@ def validate(cfg):
         variant("losses", name)
     if cfg.max_steps < 1 or cfg.max_new_tokens < 1:
         raise ValueError("--max_steps and --max_new_tokens must be >= 1")
-    if not 0 <= cfg.drop_walkthroughs <= 1:
-        raise ValueError("--drop_walkthroughs must lie in [0, 1]")
+    if not 0 <= cfg.drop_walkthroughs <= 1 or not 0 <= cfg.hint_free_share <= 1:
+        raise ValueError("--drop_walkthroughs and --hint_free_share must lie in [0, 1]")
     if cfg.authors_every < 1 or cfg.authors_episodes < 1:
         raise ValueError("--authors_every and --authors_episodes must be >= 1")
     if cfg.cluster_mode == "webshop_3" and cfg.K != 3:

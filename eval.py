@@ -201,7 +201,7 @@ def panel(engine, pool, tok, tasks, cfg, seeds, temperature, path, protocol="pan
         os.replace(path + ".tmp", path)
     per = [res["seeds"][str(s)] for s in seeds]
     res["mean"] = float(np.mean([p["success"] for p in per]))
-    res["std"] = float(np.std([p["success"] for p in per]))
+    res["std"] = float(np.std([p["success"] for p in per], ddof=1)) if len(per) > 1 else 0.0  # sample std
     res["score_mean"] = float(np.mean([p["score"] for p in per]))
     res["per_type_mean"] = {k: float(np.mean([p["per_type"][k]["success"]
                                               for p in per if k in p["per_type"]]))

@@ -7,6 +7,7 @@
 #   bash run_all.sh --cpu --smoke             # every grid entry for one step on a minimal budget (CI)
 #   bash run_all.sh --cpu --only pick2        # the pick-two regime's comparison (preset cpu_pick2), 17 runs
 #   bash run_all.sh --cpu --only mix6         # the mixed regime: six task types, held-out games (cpu_mix6), 34 runs
+#   bash run_all.sh --cpu --only why          # why the hints do not transfer there: docs/results.md §9, 12 runs
 #
 # A run whose directory holds summary.json (written by train.py when it finishes) is skipped, so the script resumes
 # after an interruption; an unfinished run resumes from its last checkpoint (--resume auto). RUN_ROOT=DIR puts
@@ -43,9 +44,9 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-case "$ONLY" in ""|main|ablations|clusters|sft|released|webshop|pick2|mix6) ;;
-    *) echo "run_all.sh: --only main|ablations|clusters|sft|released|webshop|pick2|mix6" >&2; exit 2 ;; esac
-case "$ONLY" in pick2|mix6) [ "$MODE" = cpu ] || { echo "run_all.sh: --only $ONLY goes with --cpu" >&2; exit 2; } ;; esac
+case "$ONLY" in ""|main|ablations|clusters|sft|released|webshop|pick2|mix6|why) ;;
+    *) echo "run_all.sh: --only main|ablations|clusters|sft|released|webshop|pick2|mix6|why" >&2; exit 2 ;; esac
+case "$ONLY" in pick2|mix6|why) [ "$MODE" = cpu ] || { echo "run_all.sh: --only $ONLY goes with --cpu" >&2; exit 2; } ;; esac
 [ "$SMOKE" = 1 ] && [ "$MODE" != cpu ] && { echo "run_all.sh: --smoke goes with --cpu" >&2; exit 2; }
 
 if [ "$MODE" = gpu ]; then
@@ -149,7 +150,12 @@ done
 #      hint sources' two runs (half the tasks without an expert trajectory, hinted by the policy's own wins or left
 #      unhinted). mix6 (docs/results.md §8): all six task types, held-out games; Agent-G² and GRPO 5 seeds, the
 #      scalar schedules, the probe (binary search) and the ablations sigma = 0, uniform, K = 1, eta = 0 with 3.
+#      why (docs/results.md §9, written down before these runs): under cpu_mix6, seeds 0-2 each, a share of each
+#      batch played hint-free (b), L_aux alone with a training panel (c), Agent-G² and GRPO for 300 steps (d).
+declare -A WHY=([hint_free]="--scheduler g2_hint_free" [aux_only]="--mode aux_only --train_panel 48"
+                [g2_300]="--steps 300" [grpo_300]="--scheduler none --steps 300")
 case "$ONLY" in
+    why) PLAN="hint_free:012 aux_only:012 g2_300:012 grpo_300:012" ;;
     pick2) PLAN="g2:012 grpo:012 fixed:01 linear:01 target_acc:01 binary:01 enum:0 self_hints:0 half_hints:0" ;;
     mix6) PLAN="g2:01234 grpo:01234 fixed:012 linear:012 target_acc:012 binary:012 no_sampling:012 uniform:012"
           PLAN="$PLAN K1:012 no_aux:012" ;;
@@ -157,12 +163,15 @@ case "$ONLY" in
 esac
 if [ -n "$PLAN" ]; then
     PRESET=cpu_$ONLY ROOT=${RUN_ROOT:+$RUN_ROOT/$ONLY} RESULTS=results/cpu/$ONLY
+    [ "$ONLY" = why ] && PRESET=cpu_mix6
     ROOT=${ROOT:-runs/cpu_$ONLY}
     for s in 0 1 2 3 4; do
         for entry in $PLAN; do
             name=${entry%%:*}
             [[ ${entry#*:} == *$s* ]] || continue
-            [ "$name" = g2 ] && flags=() || flags=(${FLAGS[$name]})  # the preset's own rule is Agent-G²
+            if [ "$ONLY" = why ]; then flags=(${WHY[$name]})
+            elif [ "$name" = g2 ]; then flags=()  # the preset's own rule is Agent-G²
+            else flags=(${FLAGS[$name]}); fi
             run "$ONLY" "$name" "${flags[@]}"
         done
     done

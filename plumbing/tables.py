@@ -23,7 +23,9 @@ TYPE_LABEL = {"pick_and_place_simple": "Pick", "look_at_obj_in_light": "Look",
               "pick_cool_then_place_in_recep": "Cool", "pick_two_obj_and_place": "Pick Two"}
 LABEL = {"g2": "Agent-G²", "grpo": "GRPO", "fixed": "fixed ratio 0.5", "linear": "linear decay",
          "target_acc": "target-acc", "binary": "binary search (probe)", "no_sampling": "σ = 0 (no sampling)",
-         "uniform": "uniform sampling", "K1": "K = 1", "no_aux": "η = 0 (no aux loss)"}
+         "uniform": "uniform sampling", "K1": "K = 1", "no_aux": "η = 0 (no aux loss)",
+         "base": "SFT base (step 0)", "hint_free": "Agent-G², half hint-free", "aux_only": "L_aux alone",
+         "g2_300": "Agent-G², 300 steps", "grpo_300": "GRPO, 300 steps"}
 
 
 def wilson(k, n, z=1.96):
@@ -37,13 +39,26 @@ def wilson(k, n, z=1.96):
 
 
 def mean_std(v):
-    """A table cell: mean ± std over seeds, NaNs dropped; one seed shows its value (it has no std)."""
+    """A table cell: mean ± std over seeds, the sample std (ddof 1: the seeds are a sample of the seeds one
+    could run), NaNs dropped; one seed shows its value (it has no std)."""
     v = [x for x in v if x == x]
     if not v:
         return ""
     if len(v) == 1:
         return f"{v[0]:.1f}"
-    return f"{np.mean(v):.1f} ± {np.std(v):.1f}"
+    return f"{np.mean(v):.1f} ± {np.std(v, ddof=1):.1f}"
+
+
+def base_rows(rows):
+    """The SFT base as a row like the others: each seed's evaluation at step 0 (one run per seed; every
+    method's run of a seed evaluates the same base on the same stream), as summaries whose "final" it is.
+    Greedy gives the same on every seed; sampled draws with each seed's stream, as the trained rows do."""
+    firsts = {}
+    for rs in rows.values():
+        for s in rs:
+            if s.get("evals") and s["evals"][0]["step"] == 0:
+                firsts.setdefault(s["cfg"]["seed"], {"final": s["evals"][0]["eval"], "cfg": s["cfg"]})
+    return [firsts[k] for k in sorted(firsts)]
 
 
 def t_quantile(p, df):
@@ -123,6 +138,10 @@ def brief_table(rows, pct):
     grpo = grpo_cost(rows)
     out = ["| method | seeds | greedy | sampled (T = 0.4) | greedy, short types | greedy, long types | "
            "s/step × GRPO | rollouts × GRPO |", "|---|---|---|---|---|---|---|---|"]
+    base = base_rows(rows)
+    if base:
+        out.append(f"| {LABEL['base']} | {len(base)} | {cell(base, 'all', False)} | "
+                   f"{cell(base, 'all', True)} | {greedy(base, 'short')} | {greedy(base, 'long')} | | |")
     for name, rs in rows.items():
         out.append(f"| {LABEL.get(name, name)} | {len(rs)} | {cell(rs, 'all', False)} | "
                    f"{cell(rs, 'all', True)} | {greedy(rs, 'short')} | {greedy(rs, 'long')} | "
@@ -142,10 +161,8 @@ def regime_tables(rows, brief=False):
     if brief:
         return "\n".join(["Hint-free success (%) on the held-out games, mean ± std over seeds [95 % "
                           "bootstrap interval over seeds]", ""] + brief_table(rows, pct))
-    # the base: the first run's evaluation at step 0 (greedy: the same in every run; sampled: its seed's)
-    ev0 = next((s["evals"][0]["eval"] for rs in rows.values() for s in rs
-                if s.get("evals") and s["evals"][0]["step"] == 0), None)
     seeds = {n: {s["cfg"]["seed"]: s for s in rs} for n, rs in rows.items()}
+    base = base_rows(rows)  # the base, evaluated as the rows are: one step-0 evaluation per seed
     out = []
     for sampled in (False, True):
         out.append(f"\n*Table 1 ({'sampled at T = 0.4' if sampled else 'greedy'}): hint-free success (%) on "
@@ -153,13 +170,7 @@ def regime_tables(rows, brief=False):
         out.append("| method | seeds | " + " | ".join(TYPE_LABEL.get(c, c) for c in cols) +
                    " | all: 95 % over seeds (bootstrap) | all: 95 % over games (Wilson) |")
         out.append("|---|---|" + "---|" * (len(cols) + 2))
-        if ev0:
-            b = held_counts(ev0, sampled)
-            wl, wh = wilson(*b["all"])
-            out.append("| SFT base (step 0 of the first run) | 1 | " + " | ".join(
-                f"{100 * b[c][0] / b[c][1]:.1f}" if c in b else "" for c in cols) +
-                f" | | {100 * wl:.1f}–{100 * wh:.1f} ({b['all'][0]} / {b['all'][1]}) |")
-        for name, rs in rows.items():
+        for name, rs in (({"base": base} if base else {}) | rows).items():
             cells = [mean_std([pct(s, c, sampled) for s in rs if c in held_counts(s["final"], sampled)])
                      for c in cols]
             lo, hi = bootstrap_ci([pct(s, "all", sampled) for s in rs])

@@ -224,7 +224,8 @@ def test_table_groups_methods_and_refuses_to_mix_settings(tmp_path):
         (tmp_path / d).mkdir()
     runs = [run("g2/s0", 0, "g2", success=0.5), run("g2/s1", 1, "g2", success=0.7), run("grpo/s0", 0, "none", success=0.1)]
     md = table(runs)
-    assert "| g2 | 2 | 60.0 ± 10.0 | 10.0 ± 0.0 | 64.0 ± 0.0 | `--scheduler g2` | abc123 |" in md
+    # 50 and 70 %: mean 60, sample std |70 - 50| / sqrt 2 = 14.1
+    assert "| g2 | 2 | 60.0 ± 14.1 | 10.0 ± 0.0 | 64.0 ± 0.0 | `--scheduler g2` | abc123 |" in md
     assert "| *Tables 1-2: main comparison* |" in md
     assert "| grpo | 1 | 10.0 |" in md and "note:" not in md
     md = table(runs + [run("paper/s0", 0, "g2", preset="paper")])
@@ -266,7 +267,7 @@ def test_table_pools_seeds_into_wilson_intervals_per_task_type(tmp_path):
         return str(d)
     md = table([run(0, {"a": (2, 5), "b": (0, 5)}), run(1, {"a": (2, 5), "b": (1, 5)}),
                 run(0, {"a": (1, 5), "b": (0, 5)}, method="grpo")])  # grpo: logged without counts
-    assert "| g2 | 2 | 25.0 ± 5.0 [11–47] |" in md
+    assert "| g2 | 2 | 25.0 ± 7.1 [11–47] |" in md  # 20 and 30 %: sample std 10 / sqrt 2 = 7.1
     assert "| g2 | a | 40.0 [17–69] (4 / 10) |" in md and "| g2 | b | 10.0 [2–40] (1 / 10) |" in md
     assert "| grpo | 1 | 10.0 | 1.0 |" in md and "| grpo | a |" not in md and "Wilson" in md
 
@@ -411,7 +412,8 @@ def test_summary_gives_the_last_and_the_best_evaluation(tmp_path):
 def test_paper_comparison_columns_show_the_last_and_the_best_evaluation(tmp_path):
     """The paper presets' table: valid_seen and valid_unseen (sampled at T = 0.4 and greedy) and the authors' draw,
     each at the last evaluation and at its best one, mean ± std over seeds: by hand, seed 0 ends at 40 % on
-    valid_seen greedy after a best of 60 %, seed 1 ends at 50 % (its best): last 45.0 ± 5.0, best 55.0 ± 5.0."""
+    valid_seen greedy after a best of 60 %, seed 1 ends at 50 % (its best): last 45.0 ± 7.1, best 55.0 ± 7.1 (the
+    sample std of two values is their distance / sqrt 2; sampled v / 2: 22.5 ± 3.5, unseen v / 4: 11.2 ± 1.8)."""
     from plumbing.report import table
 
     def run(seed, curve):
@@ -432,8 +434,8 @@ def test_paper_comparison_columns_show_the_last_and_the_best_evaluation(tmp_path
                            "| valid_seen % best | valid_unseen % last | valid_unseen % best | "
                            "authors_valid_seen_sampled % last | authors_valid_seen_sampled % best |")
     row = [x for x in md.splitlines() if x.startswith("| g2 |")][0]
-    assert row.startswith("| g2 | 2 | 22.5 ± 2.5 | 27.5 ± 2.5 | 45.0 ± 5.0 | 55.0 ± 5.0 | 11.2 ± 1.2 | 13.8 ± 1.2 | "
-                          "45.0 ± 5.0 | 55.0 ± 5.0 |")
+    assert row.startswith("| g2 | 2 | 22.5 ± 3.5 | 27.5 ± 3.5 | 45.0 ± 7.1 | 55.0 ± 7.1 | 11.2 ± 1.8 | 13.8 ± 1.8 | "
+                          "45.0 ± 7.1 | 55.0 ± 7.1 |")
 
 
 @pytest.mark.slow
@@ -476,7 +478,8 @@ def test_intervals_and_detectable_differences_by_hand():
 def test_regime_tables_have_the_papers_shape(tmp_path):
     """A setting evaluated on the held-out splits gets Tables 1-3. Hand values: g2 seed 0 wins seen 3 / 4 (Pick 2 / 2,
     Look 1 / 2) and unseen 1 / 4 (Pick 1 / 2, Look 0 / 2): all 4 / 8 = 50 %, Pick 3 / 4 = 75 %, Look 1 / 4 = 25 %;
-    seed 1 wins 2 / 8 = 25 % (Pick 2 / 4 = 50 %, Look 0 / 4): all 37.5 ± 12.5, Pick 62.5 ± 12.5. grpo seed 0 wins
+    seed 1 wins 2 / 8 = 25 % (Pick 2 / 4 = 50 %, Look 0 / 4): all 37.5 ± 17.7, Pick 62.5 ± 17.7 (the sample std of two
+    values a and b is |a - b| / sqrt 2: 25 / 1.414 = 17.7; seen 75 and 25: 35.4). grpo seed 0 wins
     1 / 8 = 12.5 %, seed 1 0 / 8. Paired differences grpo - g2: -37.5 and -25.0 -> -31.2; their sd 8.84 over 2
     seeds: half width 12.706 * 8.84 / sqrt 2 = 79.4. Cost: g2 2 s and 96 rollouts a step, grpo 1 s and 64: 2.00,
     1.50; wall 150 steps x 2 s + 60 s = 6 min. Wilson of g2's pooled 6 / 16: 18.5-61.4 %."""
@@ -503,7 +506,7 @@ def test_regime_tables_have_the_papers_shape(tmp_path):
                 run("grpo", 0, {P: (1, 2), L: (0, 2)}, {P: (0, 2), L: (0, 2)}, 1.0, 64.0),
                 run("grpo", 1, {P: (0, 2), L: (0, 2)}, {P: (0, 2), L: (0, 2)}, 1.0, 64.0)])
     assert "| method | seeds | Pick | Look | seen | unseen | all |" in md and md.count("*Table 1 (") == 2
-    assert "| Agent-G² | 2 | 62.5 ± 12.5 | 12.5 ± 12.5 | 50.0 ± 25.0 | 25.0 ± 0.0 | 37.5 ± 12.5 | 25.0–50.0 | " \
+    assert "| Agent-G² | 2 | 62.5 ± 17.7 | 12.5 ± 17.7 | 50.0 ± 35.4 | 25.0 ± 0.0 | 37.5 ± 17.7 | 25.0–50.0 | " \
            "18.5–61.4 (6 / 16) |" in md
     # wall: g2 (150 * 2 + 60) / 60 = 6.0 min, grpo (150 * 1 + 60) / 60 = 3.5 min, on each seed
     assert "| Agent-G² | 2 | 2.0 ± 0.0 | 2.00 | 96.0 ± 0.0 | 1.50 | 6.0 ± 0.0 | s0 6.0, s1 6.0 |" in md
@@ -511,10 +514,11 @@ def test_regime_tables_have_the_papers_shape(tmp_path):
     assert "Wall time: 4 runs, 0.3 h in all." in md  # (2 * 360 + 2 * 210) / 3600 = 0.32
     assert "| GRPO | 2 | -31.2 [-110.7, +48.2] |" in md
     brief = table([os.path.join(str(tmp_path), m, f"s{k}") for m in ("g2", "grpo") for k in (0, 1)], brief=True)
-    assert "| Agent-G² | 2 | 37.5 ± 12.5 [25.0–50.0] | 37.5 ± 12.5 [25.0–50.0] | 37.5 ± 12.5 |  | 2.00 | 1.50 |" in brief
+    assert "| Agent-G² | 2 | 37.5 ± 17.7 [25.0–50.0] | 37.5 ± 17.7 [25.0–50.0] | 37.5 ± 17.7 |  | 2.00 | 1.50 |" in brief
     assert "*Table 1" not in brief  # Pick and Look are the short types: no long type, an empty cell
-    # the base row: the first run's evaluation at step 0 (here grpo/s1's counts, 0 of 8: Wilson 0-32.4 %)
-    assert "| SFT base (step 0 of the first run) | 1 | 0.0 | 0.0 | 0.0 | 0.0 | 0.0 | | 0.0–32.4 (0 / 8) |" in md
+    # the base row: each seed's evaluation at step 0, here seed 1's alone (grpo/s1's counts, 0 of 8: Wilson 0-32.4 %)
+    assert "| SFT base (step 0) | 1 | 0.0 | 0.0 | 0.0 | 0.0 | 0.0 | 0.0–0.0 | 0.0–32.4 (0 / 8) |" in md
+    assert "| SFT base (step 0) | 1 | 0.0 [0.0–0.0] | 0.0 [0.0–0.0] | 0.0 |  | | |" in brief
     assert "Agent-G² − GRPO, 2 and 2 seeds (unpaired): greedy +31.2 points" in md
     # one seed a side: the difference alone, no interval (-37.5: grpo/s0 12.5 % - g2/s0 50 %)
     one = table([os.path.join(str(tmp_path), m, "s0") for m in ("g2", "grpo")])
@@ -526,3 +530,29 @@ def test_regime_tables_have_the_papers_shape(tmp_path):
                   run("fixed", 1, {P: (1, 2), L: (0, 2)}, {P: (0, 2), L: (0, 2)}, 1.0, 64.0)]
                  + [os.path.join(str(tmp_path), "g2", f"s{k}") for k in (0, 1)])
     assert "| fixed ratio 0.5 | 2 | -12.5 [—] | — | -12.5 [—] | — |" in same and "0.0 |" not in same.split("Table 3")[1]
+
+
+def test_tables_give_the_sample_std_over_seeds_and_the_base_on_every_seed():
+    """mean ± std cells use the sample std (ddof 1). By hand: 1, 2, 3, 4 -> mean 2.5, squared deviations 2.25 +
+    0.25 + 0.25 + 2.25 = 5, / 3 -> 1.667, sqrt 1.29 (the population std would be sqrt(5 / 4) = 1.12). The base row
+    takes each seed's step-0 evaluation once (here seeds 0 and 1: 2 / 8 and 4 / 8 sampled, 25 % and 50 %: 37.5 ±
+    17.7), greedy 3 / 8 on both (37.5 ± 0.0), not the first run's alone."""
+    from plumbing.tables import base_rows, mean_std, regime_tables
+    assert mean_std([1.0, 2.0, 3.0, 4.0]) == "2.5 ± 1.3"
+    assert mean_std([5.0]) == "5.0" and mean_std([]) == ""
+
+    def summary(seed, won_sampled):
+        counts = {}
+        for split in ("test_seen", "test_unseen"):
+            counts[split] = {"won": 3 if split == "test_seen" else 0, "n": 4,
+                             "per_type": {"pick_and_place_simple": [3 if split == "test_seen" else 0, 4]}}
+            w = won_sampled if split == "test_seen" else 0
+            counts[split + "_sampled"] = {"won": w, "n": 4, "per_type": {"pick_and_place_simple": [w, 4]}}
+        ev = {"counts": counts}
+        return {"cfg": {"seed": seed}, "final": ev, "evals": [{"step": 0, "eval": ev}],
+                "s_per_step": 1.0, "rollouts_per_step": 64.0}
+    rows = {"g2": [summary(0, 2), summary(1, 4)], "grpo": [summary(0, 2), summary(1, 4)]}
+    assert [b["cfg"]["seed"] for b in base_rows(rows)] == [0, 1]
+    md = regime_tables(rows)
+    assert "| SFT base (step 0) | 2 | 37.5 ± 0.0 | 75.0 ± 0.0 | 0.0 ± 0.0 | 37.5 ± 0.0 |" in md  # greedy
+    assert "| SFT base (step 0) | 2 | 37.5 ± 17.7 | 75.0 ± 35.4 | 0.0 ± 0.0 | 37.5 ± 17.7 |" in md  # sampled

@@ -629,3 +629,30 @@ def test_the_readmes_rule_block_runs_from_its_own_file(tmp_path, monkeypatch):
     assert back.n_k == [3] and back.depths(T, 3) == s.depths(T, 3)
     r = bench.simulate(dict(scheduler="my_rule:G2UCB"), seed=0)
     assert 0 <= r["band50"] <= 1 and r["rollouts_per_task"] == 1.0
+
+
+def test_hint_free_share_plays_a_seeded_share_from_the_start_and_leaves_the_rule_alone():
+    """--scheduler g2_hint_free --hint_free_share 0.5 on 4 hinted tasks and one without a hint: 2 of the 4 hinted
+    tasks get n = 0, the other two the depths plain Agent-G² draws from the same seed; the same pick for the same
+    (seed, step). Its update ignores the hint-free tasks: with both hinted tasks at p = 1 and the hint-free ones
+    at p = 0, acc_B = 1 > p_target, so mu_global falls by Delta (0.8 -> 0.7), and A_k moves by alpha * 1."""
+    import dataclasses
+    from config import Config
+    from scheduler import G2
+    from variants.rules import REGISTRY
+    cfg = dataclasses.replace(Config(), scheduler="g2_hint_free", hint_free_share=0.5, K=1, mu0=0.8, Delta=0.1,
+                              alpha=0.2, p_target=0.5)
+    ids, lengths = ["a", "b", "c", "d", "e"], [10, 10, 10, 10, None]
+    tasks = [{"id": t, "L": L, "actions": []} for t, L in zip(ids, lengths)]
+    rule, plain = REGISTRY["g2_hint_free"](cfg, ids, lengths, 3), G2(cfg, ids, lengths, 3)
+    plan, want = rule.depths(tasks, 7), plain.depths(tasks, 7)
+    free = [i for i in range(4) if plan["n"][i] == 0 and want["n"][i] > 0]
+    assert len(free) == 2 and plan["n"][4] == 0 and rule.free == {ids[i] for i in free}
+    assert [plan["n"][i] for i in range(4) if i not in free] == [want["n"][i] for i in range(4) if i not in free]
+    again = REGISTRY["g2_hint_free"](cfg, ids, lengths, 3)
+    assert again.depths(tasks, 7)["n"] == plan["n"]
+    hinted = [i for i in range(4) if i not in free]
+    p = [1.0 if i in hinted else 0.0 for i in range(4)]
+    rule.update(ids[:4], p, [[int(x)] * 2 for x in p])
+    assert rule.mu_global == pytest.approx(0.7) and rule.A[0] == pytest.approx(0.2) and rule.V[0] == 0.0
+    assert rule.update([ids[i] for i in free], [0.0, 0.0], [[0, 0], [0, 0]]) is None  # only hint-free: no move

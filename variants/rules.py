@@ -398,8 +398,13 @@ def hybrid_probe(s, tasks, n, probe, step=0):
     return n, spent
 
 
+def _more():  # rules in files of their own
+    from variants.hint_free import G2HintFree
+    return (G2HintFree,)
+
+
 REGISTRY = {"g2": Configured, **{cls.name: cls for cls in (NoHint, Fixed, Linear, Cosine, Step, TargetAcc,
-                                                           Binary, Enum, G2UCB, G2Mix)}}
+                                                           Binary, Enum, G2UCB, G2Mix, *_more())}}
 
 
 def is_g2(name):
