@@ -12,6 +12,7 @@ Unknown flags, bad values and unknown presets exit with a one-line error and sta
 import argparse
 import dataclasses
 import json
+import math
 import os
 import re
 import sys
@@ -360,6 +361,11 @@ def check_data(cfg):
 def check_out_dir(cfg, clear=True):
     """A run directory that already holds a run is never overwritten silently."""
     d = cfg.out_dir
+    up = os.path.abspath(d)
+    while not os.path.exists(up):  # the nearest part of the path that exists must be a folder
+        up = os.path.dirname(up)
+    if not os.path.isdir(up):
+        fail(f"--out_dir {d}: {up} is a file, not a folder; pick another --out_dir")
     if cfg.resume or not os.path.isdir(d):
         return
     old = [x for x in sorted(os.listdir(d)) if x in ("log.jsonl", "summary.json") or x.startswith("ckpt_")]
@@ -376,6 +382,11 @@ def check_out_dir(cfg, clear=True):
 
 
 def validate(cfg):
+    if nan := [k for k, v in vars(cfg).items() if isinstance(v, float) and v != v]:
+        raise ValueError(f"--{nan[0]} nan: expected a number")
+    if not 0 < cfg.lr < math.inf or not 0 <= cfg.eta < math.inf or cfg.train_games < 0:
+        raise ValueError(f"--lr must be > 0 (got {cfg.lr}), --eta >= 0 (got {cfg.eta}) and --train_games >= 0 "
+                         f"(got {cfg.train_games}; 0 = all)")
     for key, allowed in CHOICES.items():
         if allowed is not None and getattr(cfg, key) not in allowed:
             raise ValueError(f"--{key} {getattr(cfg, key)!r}: expected one of {allowed}")
@@ -408,7 +419,10 @@ def validate(cfg):
     if cfg.ppo_mini_batch < 0 or cfg.entropy_coef < 0:
         raise ValueError("--ppo_mini_batch and --entropy_coef must be >= 0")
     for name in filter(None, cfg.loss_terms.split(",")):  # each one importable: a one-line error now
-        variant("losses", name)
+        try:
+            variant("losses", name)
+        except ValueError as e:
+            raise ValueError(f"--loss_terms {e}") from None
     if cfg.max_steps < 1 or cfg.max_new_tokens < 1:
         raise ValueError("--max_steps and --max_new_tokens must be >= 1")
     if not 0 <= cfg.drop_walkthroughs <= 1 or not 0 <= cfg.hint_free_share <= 1:
@@ -486,6 +500,9 @@ def get_config(argv=None, description="", extra=None, base=None):
     except (ValueError, TypeError) as e:
         p.exit(2, f"error: {e}\n")
     cfg.preset = args.preset  # recorded in the dump, not a flag of its own
+    if cfg.temperature == 0 and cfg.mode == "grpo":
+        print("warning: --temperature 0: a group's greedy rollouts play alike, so their advantages are 0 and "
+              "GRPO learns nothing from them", file=sys.stderr)
     for name, rule in variant_registry("rules").items():  # a rule's own flag under another does nothing
         for flag in getattr(rule, "flags", ()):
             if name != cfg.scheduler and getattr(cfg, flag) != defaults()[flag]:

@@ -221,6 +221,10 @@ def main():
             runs = [r for a in args if not a.startswith("--") for r in ([a] if is_run(a) else sorted(
                 os.path.dirname(p)
                 for p in glob.glob(os.path.join(a, "**", "summary.json"), recursive=True)))]
+            if not runs:
+                from config import fail
+                fail(f"eval.py table: no run under {' '.join(a for a in args if a != '--brief')} (a run "
+                     "folder holds config.json or summary.json)")
             return print(table(runs, brief="--brief" in args))
         out = args[args.index("--out") + 1] if "--out" in args else "runs/eval/dynamics.png"
         return dynamics([a for a in args if not a.startswith("--") and a != out], out)

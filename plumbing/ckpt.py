@@ -106,14 +106,44 @@ def changed_flags(path, cfg):
             for k in sorted(set(old) & set(new) - RESUME_FREE) if old[k] != new[k]]
 
 
+def unreadable(path):
+    """Why checkpoint `path` cannot be resumed from (a file missing, or model.safetensors shorter or longer
+    than its header says: a copy cut short), or None. Reads the safetensors header only: 8 bytes of length,
+    then a JSON header whose data_offsets end where the file must end."""
+    for f in ("model.safetensors", "trainer.pt", "state.json"):
+        if not os.path.exists(os.path.join(path, f)):
+            return f"{os.path.join(path, f)} is missing"
+    f = os.path.join(path, "model.safetensors")
+    size = os.path.getsize(f)
+    try:
+        with open(f, "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            header = json.loads(fh.read(n)) if 8 + n <= size else None
+        end = max([v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"] + [0])
+    except (ValueError, TypeError, AttributeError, KeyError):
+        return f"{f} is unreadable (no safetensors header)"
+    if size != 8 + n + end:
+        return f"{f} is unreadable ({size} bytes, its header says {8 + n + end})"
+    return None
+
+
 def load(resume, out_dir, tie_word_embeddings, weights=True):
     """--resume auto|DIR -> (path, weights, trainer, state); exits with a one-line error when none is
-    complete. weights=False (FSDP ranks > 0, which receive rank 0's copy by broadcast): weights {} and
+    complete. auto: the newest complete checkpoint that is readable, saying in one line which newer one is
+    not. weights=False (FSDP ranks > 0, which receive rank 0's copy by broadcast): weights {} and
     trainer["opt"] {}. trainer.pt is memory-mapped, so a rank reads only what it touches (its RNG state, not
     the optimizer's)."""
     path = latest(out_dir) if resume == "auto" else resume
     if path is None or not os.path.exists(os.path.join(path, "COMPLETE")):
         sys.exit(f"error: --resume {resume}: no complete checkpoint found")
+    for p in reversed(complete(out_dir) if resume == "auto" else [path]):
+        if (why := unreadable(p)) is None:
+            break
+        if resume == "auto":
+            print(f"warning: --resume auto: {why}; trying the checkpoint before it", file=sys.stderr)
+    else:
+        sys.exit(f"error: --resume {resume}: {why}; no readable checkpoint to resume from")
+    path = p
     from safetensors.torch import load_file
     sd = load_file(os.path.join(path, "model.safetensors")) if weights else {}
     if weights and "lm_head.weight" not in sd and tie_word_embeddings:  # save_pretrained drops the tied copy

@@ -13,6 +13,10 @@ def load_class(spec, where):
     except ImportError as e:
         raise ValueError(f"{where}: cannot import {module_name!r} ({e}); put its file beside train.py or its "
                          "folder on PYTHONPATH") from None
+    except Exception as e:  # the file is there but does not run: a syntax error, an error at import
+        where_in = f"{e.filename}, line {e.lineno}" if isinstance(e, SyntaxError) else type(e).__name__
+        raise ValueError(f"{where}: {module_name!r} fails on import ({where_in}: "
+                         f"{e.msg if isinstance(e, SyntaxError) else e})") from None
     if not hasattr(module, class_name):
         raise ValueError(f"{where}: no class {class_name!r} in {module.__file__}")
     return getattr(module, class_name)

@@ -98,3 +98,73 @@ def test_pruning_keeps_the_checkpoint_just_written(tmp_path):
     assert json.load(open(tmp_path / "ckpt_000001" / "state.json")) == {"step": 1}
     ckpt.save(str(tmp_path), 2, stub, stub, None, {}, {"step": 2}, Config(), keep=1)
     assert sorted(os.listdir(tmp_path)) == ["ckpt_000002"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--lr", "-1"], ["--lr must be > 0 (got -1.0)"]),
+    (["--eta", "nan"], ["--eta nan: expected a number"]),
+    (["--train_games", "-5"], ["--train_games >= 0 (got -5; 0 = all)"]),
+])
+def test_bad_numbers_fail_at_start_up_in_one_line(args, words):
+    one_line(*run("train.py", *args), *words)
+
+
+def test_out_dir_under_a_file_fails_in_one_line(tmp_path):
+    (tmp_path / "f").write_text("")
+    one_line(*run("train.py", "--out_dir", str(tmp_path / "f" / "run")), f"{tmp_path / 'f'} is a file, not a folder")
+
+
+def test_temperature_0_warns_in_one_line():
+    """--temperature 0 trains on greedy groups whose rollouts are alike: a one-line warning at start-up (the
+    config is still valid: --help exits before any run)."""
+    from config import get_config
+    import contextlib
+    import io
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        get_config(["--temperature", "0"])
+    assert err.getvalue().count("\n") == 1 and err.getvalue().startswith("warning: --temperature 0:")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        get_config([])
+    assert err.getvalue() == ""
+
+
+def test_table_of_a_folder_without_runs_fails_in_one_line(tmp_path):
+    one_line(*run("eval.py", "table", str(tmp_path)), f"eval.py table: no run under {tmp_path}")
+
+
+def test_a_user_file_that_does_not_run_is_one_line(tmp_path):
+    """A loss-term file with a syntax error: one line naming the file and line, not Python's traceback."""
+    (tmp_path / "bad_loss.py").write_text("class Broken(:\n    pass\n")
+    rc, err = run("train.py", "--loss_terms", "bad_loss:Broken", env={"PYTHONPATH": str(tmp_path)})
+    one_line(rc, err, "--loss_terms", "'bad_loss' fails on import", "bad_loss.py, line 1")
+
+
+def test_resume_auto_skips_a_truncated_checkpoint_in_one_line(tmp_path):
+    """Two complete checkpoints; the newer one's model.safetensors cut short after it was written: --resume auto
+    says so in one line naming the file and resumes from the older one; with both cut, a one-line error."""
+    import torch
+    from safetensors.torch import save_file
+    from plumbing import ckpt
+    for step in (10, 20):
+        d = tmp_path / f"ckpt_{step:06d}"
+        d.mkdir()
+        save_file({"w": torch.zeros(64)}, str(d / "model.safetensors"))
+        torch.save({"opt": {}}, d / "trainer.pt")
+        (d / "state.json").write_text(json.dumps({"step": step}))
+        (d / "COMPLETE").write_text("")
+    f = tmp_path / "ckpt_000020" / "model.safetensors"
+    f.write_bytes(f.read_bytes()[:-40])
+    assert ckpt.unreadable(str(tmp_path / "ckpt_000010")) is None
+    code = ("import sys; from plumbing import ckpt; p = ckpt.load('auto', sys.argv[1], False)[0]; print(p)")
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.strip() == str(tmp_path / "ckpt_000010"), p.stderr
+    err = p.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: --resume auto: ") and str(f) in err[0], err
+    assert "bytes, its header says" in err[0]
+    g = tmp_path / "ckpt_000010" / "model.safetensors"
+    g.write_bytes(g.read_bytes()[:-40])
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode != 0 and p.stderr.strip().splitlines()[-1].startswith("error: --resume auto: ")
+    assert "no readable checkpoint" in p.stderr and "Traceback" not in p.stderr
