@@ -385,8 +385,8 @@ def validate(cfg):
     if nan := [k for k, v in vars(cfg).items() if isinstance(v, float) and v != v]:
         raise ValueError(f"--{nan[0]} nan: expected a number")
     if not 0 < cfg.lr < math.inf or not 0 <= cfg.eta < math.inf or cfg.train_games < 0:
-        raise ValueError(f"--lr must be > 0 (got {cfg.lr}), --eta >= 0 (got {cfg.eta}) and --train_games >= 0 "
-                         f"(got {cfg.train_games}; 0 = all)")
+        raise ValueError(f"--lr must be > 0 (got {cfg.lr}), --eta >= 0 (got {cfg.eta}) and --train_games "
+                         f">= 0 (got {cfg.train_games}; 0 = all)")
     for key, allowed in CHOICES.items():
         if allowed is not None and getattr(cfg, key) not in allowed:
             raise ValueError(f"--{key} {getattr(cfg, key)!r}: expected one of {allowed}")

@@ -414,6 +414,12 @@ class AuxTerm(Term):
         return loss, {"aux": loss.item() / w}  # = local sum / global count
 
 
+def needs_reference(cfg):
+    """A reference model is loaded only for the term that reads it: the pg term's KL (--kl_coef > 0 under
+    --mode grpo); aux_only and the SFT modes have no pg term."""
+    return cfg.kl_coef > 0 and cfg.mode == "grpo"
+
+
 def make_terms(cfg, ref=None):
     """The run's loss terms, chosen once from the config: the paper's L = L_GRPO + eta L_aux (PolicyTerm,
     AuxTerm) and the variants (variants/losses.py, through config.variant): --mode aux_only | sft_*,

@@ -55,7 +55,7 @@ dtype = compute_dtype(cfg.dtype, use_cuda)  # forward passes; the policy's maste
 old_from_trainer = cfg.old_logprobs == "trainer" or (cfg.old_logprobs == "auto" and use_cuda)
 from grpo import lr_at, row_advantages  # noqa: E402
 from rollout import group_successes, make_engine, make_player, seed_all, sync_check  # noqa: E402
-from grpo import Update, make_terms  # noqa: E402
+from grpo import Update, make_terms, needs_reference  # noqa: E402
 
 seed_all(cfg.seed + rank)  # sampling differs per rank; data order and scheduler use cfg.seed on every rank
 
@@ -125,7 +125,7 @@ model, fsdp, ref = policy, ddp and cfg.parallel == "fsdp", None
 # the reference computes as the policy does (KL 0 at step 0): FSDP2 casts both to bf16; DDP and one
 # process use fp32 weights under the same autocast (bf16 weights would keep a bf16 residual stream beside
 # the policy's fp32 one)
-if cfg.kl_coef > 0 and cfg.mode in ("grpo", "aux_only"):
+if needs_reference(cfg):  # the pg term's KL (aux_only and the SFT modes have none)
     ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype if fsdp else torch.float32).to(device)
     ref.eval().requires_grad_(False)
 if ddp and not fsdp:  # gradients reduced in place (no second copy); no buffers to broadcast each forward
@@ -289,7 +289,7 @@ for step in bar:
     t_sched, probe = time.time(), player.prober(step, my_tasks, my_hints, mine)  # None unless the rule probes
     plan = sched.depths(view, step, probe)
     for _ in range(10):  # no task may leave the policy no step: re-draw (bounded: a schedule may be fixed)
-        if not player.plays or any(n < cfg.max_steps for n in plan["n"]):
+        if not player.plays or all(n < cfg.max_steps for n in plan["n"]):
             break
         redraws += 1
         plan = sched.depths(view, step, probe)

@@ -815,3 +815,21 @@ def test_aux_is_the_trie_restricted_nll_at_the_rollout_temperature_by_hand(tempe
         learn.micro_loss("aux", [{k: v for k, v in r.items() if k != "allowed"} for r in rows],
                          {"aux_tokens": 5, "aux_weight": 1.0}, {}, stats)
         assert stats["aux"] == pytest.approx((ln(3) + ln(9) + 3 * ln(4)) / 5, rel=1e-6)
+
+
+def test_a_reference_is_loaded_only_for_the_pg_terms_kl():
+    """train.py loads the reference when needs_reference says so: --kl_coef > 0 under --mode grpo; --mode aux_only
+    (the aux term alone, no KL) and the SFT modes load none, whatever --kl_coef says."""
+    from config import Config
+    from grpo import needs_reference
+    assert needs_reference(Config(kl_coef=0.01, mode="grpo"))
+    assert not needs_reference(Config(kl_coef=0.0, mode="grpo"))
+    for mode in ("aux_only", "sft_full", "sft_prefix"):
+        assert not needs_reference(Config(kl_coef=0.01, mode=mode))
+        assert all(not getattr(t, "with_kl", False) for t in make_terms_of(mode))
+
+
+def make_terms_of(mode):
+    from config import Config
+    from grpo import make_terms
+    return make_terms(Config(kl_coef=0.01, mode=mode), ref=None)

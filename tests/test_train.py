@@ -365,3 +365,18 @@ def test_runs_the_aux_fix_leaves_alone_keep_their_records(tmp_path, name, argv):
         for k in w:
             assert g[k] == (pytest.approx(w[k], rel=1e-6, abs=1e-12) if isinstance(w[k], float) else w[k]), \
                 (w["step"], k)
+
+
+def test_a_task_whose_prefix_fills_the_step_budget_is_redrawn(tmp_path):
+    """A task with n >= --max_steps ends at reset (the policy plays no step, the group trains nothing), so the depths
+    are drawn again when any task of the batch has one, not only when every task does. Fixed ratio 1: n = L - 1;
+    with --max_steps 8 the batch (computed here from batch_indices) holds tasks on both sides, so the re-draw
+    runs its 10 tries (a fixed rule draws the same again) and says so in the record."""
+    from plumbing.tasks import batch_indices, load_tasks
+    types = "pick_two_obj_and_place,look_at_obj_in_light"
+    tasks = load_tasks("train", task_types=types.split(","))
+    n = [tasks[i]["L"] - 1 for i in batch_indices(0, 4, len(tasks), 0)]
+    assert min(n) < 8 <= max(n), n  # the case the rule was wrong on: some tasks over the budget, not all
+    train(tmp_path, "--steps", "1", "--task_types", types, "--scheduler", "fixed", "--fixed_ratio", "1",
+          "--max_steps", "8", "--eval_games", "-1", "--engine", "hf", "--ckpt_every", "0")
+    assert records(tmp_path)[0]["redraws"] == 10
