@@ -43,7 +43,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 from plumbing.parallel import (  # noqa: E402
-    all_max, autocast, compute_dtype, fsdp2_shard, init_distributed, local_first)
+    all_max, autocast, compute_dtype, fsdp2_shard, init_distributed, local_first, same_on_ranks)
 
 use_cuda = torch.cuda.is_available() and cfg.device != "cpu"
 ddp, rank, world, local_rank, device = init_distributed(use_cuda)  # LOCAL_RANK -> device, RANK -> data shard
@@ -328,8 +328,8 @@ for step in bar:
     t_sync = time.time() - t3
     sync_err = sync_check(engine, model, (rows or out["aux"] or [learn.DUMMY])[0], tok.pad_token_id,
                           device, cfg, step, prec)
-    consist = gather((weight_sum, json.dumps({k: v.state_dict() for k, v in run_state.items()},
-                                             sort_keys=True)))
+    consist = same_on_ranks(gather((weight_sum, json.dumps({k: v.state_dict() for k, v in run_state.items()},
+                                                           sort_keys=True))), step)  # else: one line, stop
     # 6. log: one dense line (rank 0) + JSONL
     mem_peak_gb = torch.cuda.max_memory_allocated() / 2**30 if use_cuda else None
     times = {"t_rollout": t_roll, "t_probe": t_probe, "t_train": t_train, "t_sync": t_sync,

@@ -202,3 +202,33 @@ if __name__ == "__main__":
         print(memory_table())
     else:
         sys.exit("usage: python -m plumbing.parallel memory")
+
+
+def same_on_ranks(consist, step):
+    """consist: per rank, (weight sum, run-state JSON) as gathered after a step. Every rank must hold the same
+    weights and run state (the same batch, the same reduced gradients, the same scheduler update); where they
+    differ, every rank stops with one line naming the first field that differs. -> consist."""
+    import json
+    w = [c[0] for c in consist]
+    why = (f"weight sums {min(w)!r} .. {max(w)!r}" if max(w) - min(w) > 1e-6 * max(map(abs, w)) + 1e-12
+           else next((f"rank {r}'s {p} differs from rank 0's" for r, c in enumerate(consist[1:], 1)
+                      if (p := first_difference(json.loads(consist[0][1]), json.loads(c[1])))), None))
+    if why:
+        print(f"error: the ranks disagree after step {step}: {why}", file=sys.stderr)
+        sys.exit(2)
+    return consist
+
+
+def first_difference(a, b, path="state"):
+    """The path of the first field where two JSON values differ ("state.sched.A[1]"), or None."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            if k not in a or k not in b:
+                return f"{path}.{k}"
+            if p := first_difference(a[k], b[k], f"{path}.{k}"):
+                return p
+        return None
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        diffs = (first_difference(x, y, f"{path}[{i}]") for i, (x, y) in enumerate(zip(a, b)))
+        return next((p for p in diffs if p), None)
+    return None if a == b else path

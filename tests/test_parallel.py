@@ -322,3 +322,23 @@ def test_gpu_presets_follow_the_authors_launchers():
     cpu = get_config(["--preset", "cpu_pick2"])  # the CPU presets keep theirs
     assert (cpu.parse_lower, cpu.parse_think, cpu.eval_protocol, cpu.eval_temperature, cpu.max_prompt_tokens) == \
         (False, False, "panel", 1.0, 768)
+
+
+def test_ranks_that_disagree_stop_in_one_line(capsys):
+    """same_on_ranks: equal weight sums and run states pass through; a scheduler statistic that differs on rank 1
+    names its path (state.sched.A[1]), a weight sum that differs names the sums; exit code 2, one line."""
+    import json
+    from plumbing.parallel import first_difference, same_on_ranks
+    state = {"sched": {"A": [0.1, 0.2], "mu_global": 0.6}, "hints": {}}
+    other = {"sched": {"A": [0.1, 0.25], "mu_global": 0.6}, "hints": {}}
+    same = [(12.5, json.dumps(state)), (12.5, json.dumps(state))]
+    assert same_on_ranks(same, 3) is same
+    assert first_difference(state, other) == "state.sched.A[1]"
+    assert first_difference(state, {**state, "extra": 1}) == "state.extra"
+    for consist, words in (([(12.5, json.dumps(state)), (12.5, json.dumps(other))], "rank 1's state.sched.A[1]"),
+                           ([(12.5, json.dumps(state)), (12.6, json.dumps(state))], "weight sums 12.5 .. 12.6")):
+        with pytest.raises(SystemExit) as e:
+            same_on_ranks(consist, 3)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and len(err) == 1 and err[0].startswith("error: the ranks disagree after step 3: ")
+        assert words in err[0], err[0]
