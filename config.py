@@ -40,6 +40,7 @@ CHOICES = {
     "adv_level": ["traj", "step"],
     "loss_agg": ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "episode"],
     "engine": ["auto", "vllm", "hf"],
+    "sample_streams": ["engine", "episode"],
     "prompt": ["full", "compact"],
     "games": ["builtin", "official"],
     "env": EnvNames(ENVS),  # the registered environments (envs.ENVS); module:Class too (validate)
@@ -143,6 +144,10 @@ class Config:
                           "(the env worker forks after it) instead of R replays: "
                           "the same episodes, less env time")
     temperature: float = F(1.0, "rollout sampling temperature")
+    sample_streams: str = F("engine", "engine (every request draws from its engine's one seeded stream: "
+                            "samples depend on the batching) | episode (a stream per episode and turn, "
+                            "keyed by seed, step, batch position, rollout, turn: the same samples however "
+                            "the requests are batched; docs/running.md)")
     # ---- scheduler (docs/method.md §2, §3, §4) ----
     scheduler: str = F("g2", "the depth rule (the list below; module:Class: a rule of your own)")
     fixed_ratio: float = F(0.5, "ratio for --scheduler fixed")

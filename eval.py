@@ -30,19 +30,20 @@ from plumbing.report import dynamics, env_label, table, wilson
 from rollout import make_reply, rollout
 
 
-def evaluate(engine, pool, tok, tasks, cfg, seed=0, temperature=0.0, reply=None):
+def evaluate(engine, pool, tok, tasks, cfg, seed=0, temperature=0.0, reply=None, keys=None):
     """Hint-free, one episode per task, greedy (temperature 0) or sampled, replies read by `reply` (the run's
     reply rule, rollout.make_reply; None: the paper's). Returns {"success", "n", "won",
     "score" (100 x mean raw reward: WebShop's score; ALFWorld's equals success), "per_type": {type: success},
     "per_type_won": {type: [won, n]},
-    "invalid", "out": the rollout output (rows + episodes, for transcripts)}."""
+    "invalid", "out": the rollout output (rows + episodes, for transcripts)}. keys: each task's sampling key
+    (--sample_streams episode; None: the engine's stream from `seed`)."""
     if not tasks:
         return {"success": float("nan"), "n": 0, "won": 0, "score": float("nan"), "per_type": {},
                 "per_type_won": {}, "invalid": 0.0, "out": None}
     ecfg = dataclasses.replace(cfg, temperature=temperature)
     # no hint
-    out = rollout(engine, pool, tok, [{"task": t, "n": 0, "R": 1, "prefix": []} for t in tasks], ecfg, seed,
-                  reply)
+    out = rollout(engine, pool, tok, [{"task": t, "n": 0, "R": 1, "prefix": [], "key": k}
+                                      for t, k in zip(tasks, keys or [None] * len(tasks))], ecfg, seed, reply)
     by = collections.defaultdict(list)
     for e, t in zip(out["episodes"], tasks):
         by[t["task_type"]].append(int(e["won"]))
@@ -134,7 +135,8 @@ def in_loop_eval(engine, pool, tok, sets, cfg, step, rank=0, world=1, gather=lam
         for suffix, temp in decodes:
             mine = tasks[rank::world]
             seed = (2 * 10**6 if name.startswith("authors_") else 10**6) + step
-            r = evaluate(engine, pool, tok, mine, cfg, seed, temp, reply) if mine else None
+            keys = [("eval", cfg.seed, step, name + suffix, rank + world * j) for j in range(len(mine))]
+            r = evaluate(engine, pool, tok, mine, cfg, seed, temp, reply, keys) if mine else None
             if r and rank == 0:
                 write_transcripts(os.path.join(cfg.out_dir, "transcripts",
                                                f"step{step:06d}_{name}{suffix}.txt"),
@@ -189,7 +191,8 @@ def panel(engine, pool, tok, tasks, cfg, seeds, temperature, path, protocol="pan
             continue
         played = tasks if protocol == "panel" else [tasks[i] for i in authors_draw(len(tasks), s, cfg.env,
                                                                                    cfg.authors_episodes)]
-        r = evaluate(engine, pool, tok, played, cfg, seed=s, temperature=temperature, reply=reply)
+        r = evaluate(engine, pool, tok, played, cfg, seed=s, temperature=temperature, reply=reply,
+                     keys=[("panel", s, protocol, j) for j in range(len(played))])
         res["seeds"][str(s)] = {"won": r["won"], "n": r["n"], "success": r["success"],
                                 "ci95": wilson(r["won"], r["n"]), "score": r["score"],
                                 "per_type": {k: {"won": w, "n": m, "success": w / m, "ci95": wilson(w, m)}

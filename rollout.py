@@ -16,6 +16,7 @@ steps appear in the history exactly like the agent's own and count against max_s
 """
 import contextlib
 import functools
+import hashlib
 import itertools
 import json
 import logging
@@ -269,6 +270,12 @@ def expert_ids(tok, action, think=None):
     return tok.encode(reply, add_special_tokens=False) + [tok.eos_token_id]
 
 
+def stream_seed(*key):
+    """The seed of one sampling stream (--sample_streams episode) from its key, e.g. ("train", seed, step,
+    batch position, rollout, turn): a hash, the same in every process and on every rank, in [0, 2^63)."""
+    return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "little") % 2**63
+
+
 def seed63(seed):
     """A derived sampling seed, reduced into [0, 2^63): vLLM V2 keeps request seeds in an int64 array and
     torch.manual_seed refuses values past 2^64, and seed * 100003 + i passes 2^63 once --seed is above
@@ -327,11 +334,16 @@ class HFEngine:
                     nxt = trie_options(ids[P:].tolist() + [-1], tries[b])[-1]
                     return self.vocab if nxt is None else nxt or [eos]
                 kw["prefix_allowed_tokens_fn"] = prefix_fn
-            torch.manual_seed(seed63(seed + b0))
-            g = self.model.generate(input_ids=x, attention_mask=att, do_sample=temperature > 0,
-                                    temperature=max(temperature, 1e-5), top_k=0, top_p=1.0,
-                                    max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=eos,
-                                    output_logits=True, return_dict_in_generate=True, **kw)
+            if isinstance(seed, list):  # a stream per request: Gumbel-max on its own noise, decoded greedily
+                streams = [RowStreams(seed[b0:b0 + bs], P, temperature)] if temperature > 0 else []
+                kw["logits_processor"] = streams
+                kw.update(do_sample=False, temperature=None, top_k=None, top_p=None)
+            else:
+                torch.manual_seed(seed63(seed + b0))
+                kw.update(do_sample=temperature > 0, temperature=max(temperature, 1e-5), top_k=0, top_p=1.0)
+            g = self.model.generate(input_ids=x, attention_mask=att, max_new_tokens=max_new_tokens,
+                                    pad_token_id=pad, eos_token_id=eos, output_logits=True,
+                                    return_dict_in_generate=True, **kw)
             seq = g.sequences[:, P:]  # [b, T]
             n = [s.index(eos) + 1 if eos in s else len(s) for s in seq.tolist()]
             opts = pad_options([trie_options(seq[i, :n[i]].tolist(), tries[i])
@@ -343,6 +355,24 @@ class HFEngine:
                 ids = seq[i, :n[i]].tolist()
                 out.append({"ids": ids, "logprobs": lp[i, :n[i]].tolist(), "finished": eos in ids})
         return out
+
+
+class RowStreams:
+    """HF generate's sampling with a stream per request (--sample_streams episode): at reply position j, row b
+    takes argmax(logits / T + G), G Gumbel noise drawn from stream_seed(seed_b, j) alone; that is a draw from
+    softmax(logits / T) restricted to what the trie mask left (the Gumbel-max trick), the same draw whatever
+    else is in the batch. P: the prompts' padded length. A transformers logits processor: (ids [b, P + j],
+    scores [b, V]) -> [b, V]."""
+
+    def __init__(self, seeds, P, temperature):
+        self.seeds, self.P, self.T = seeds, P, temperature
+
+    def __call__(self, input_ids, scores):
+        j = input_ids.shape[1] - self.P
+        g = torch.stack([torch.rand(scores.shape[-1], dtype=torch.float64,
+                                    generator=torch.Generator().manual_seed(stream_seed(s, j)))
+                         for s in self.seeds])  # [b, V] uniform
+        return scores / self.T - torch.log(-torch.log(g.clamp(min=1e-300))).to(scores)
 
 
 def sync_check(engine, model, row, pad_id, device, cfg, seed=0, ctx=contextlib.nullcontext):
@@ -373,7 +403,7 @@ class VLLMEngine:
     ones: after the trie mask (TrieMask) and the temperature, i.e. of the distribution that was sampled."""
 
     def __init__(self, model_path, tok, seed=0, dtype="auto", max_model_len=4096, gpu_mem=0.5, sleep=False,
-                 constrained=True, kv_gb=0.0, quiet=True):
+                 constrained=True, kv_gb=0.0, quiet=True, streams=False):
         import torch.distributed as dist
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -381,7 +411,8 @@ class VLLMEngine:
         if quiet:
             quiet_vllm()
         kw, env = engine_kwargs(model_path, dtype, seed, max_model_len, gpu_mem, kv_gb, sleep, constrained,
-                                torch.cuda.is_available(), dist.is_available() and dist.is_initialized())
+                                torch.cuda.is_available(), dist.is_available() and dist.is_initialized(),
+                                streams)
         for k, v in env.items():
             if os.environ.get(k) != v and torch.cuda.is_available():  # CPU runs V1 anyway: nothing to say
                 print(f"[vllm] {k}={v}: the trie mask of --constrained 1 is a V1-runner logits processor; "
@@ -398,9 +429,11 @@ class VLLMEngine:
         from vllm import SamplingParams
         params = []
         for i, _ in enumerate(prompts):
-            # vLLM-CPU cannot rewind a per-request seeded generator when a prefill is chunked ("CPU Generator
-            # does not use offset"), so on CPU sampling uses the engine's seeded stream instead.
-            rs = seed63(seed * 100003 + i) if torch.cuda.is_available() else None
+            # a stream per request (--sample_streams episode); else derived from the call's seed on CUDA,
+            # while vLLM-CPU cannot rewind a seeded generator over a chunked prefill ("CPU Generator does not
+            # use offset": the engine is built without chunked prefill for streams): the engine's stream
+            rs = (seed[i] if isinstance(seed, list) else
+                  seed63(seed * 100003 + i) if torch.cuda.is_available() else None)
             if allowed is not None and not self.constrained:
                 raise ValueError("this vLLM engine was built without the trie mask (constrained=False)")
             params.append(SamplingParams(n=1, temperature=temperature, top_p=1.0,
@@ -432,7 +465,7 @@ class VLLMEngine:
 
 
 def engine_kwargs(model_path, dtype, seed, max_model_len, gpu_mem, kv_gb,
-                  sleep, constrained, cuda, distributed):
+                  sleep, constrained, cuda, distributed, streams=False):
     """The arguments of vllm.LLM (vLLM 0.32) and the environment it needs. -> (kwargs, env vars to set).
     - logits_processors only with --constrained 1, and then the V1 model runner: on CUDA vLLM 0.32 defaults to
       its V2 runner when Triton is present (vllm/config/vllm.py, VllmConfig.use_v2_model_runner), and V2
@@ -455,6 +488,8 @@ def engine_kwargs(model_path, dtype, seed, max_model_len, gpu_mem, kv_gb,
             kw["kv_cache_memory_bytes"] = int(kv_gb * 2**30)
     if distributed:
         kw.update(distributed_executor_backend="external_launcher", tensor_parallel_size=1)
+    if streams and not cuda:  # per-request seeds: vLLM-CPU fails on a seeded request whose prefill is chunked
+        kw["enable_chunked_prefill"] = False
     return kw, env
 
 
@@ -537,7 +572,8 @@ def make_engine(cfg, model_path, tok, device, seed, seqs=1):
                                  f"{ctx} tokens")
         kv = cfg.vllm_kv_gb or (kv_cache_gb(model_path, seqs, max_len) if device != "cpu" else 0.0)
         return VLLMEngine(model_path, tok, seed, "float32" if device == "cpu" else "bfloat16", max_len,
-                          cfg.vllm_mem, cfg.vllm_sleep, cfg.constrained, kv, cfg.vllm_log == "quiet")
+                          cfg.vllm_mem, cfg.vllm_sleep, cfg.constrained, kv, cfg.vllm_log == "quiet",
+                          cfg.sample_streams == "episode")
     return HFEngine(model_path, tok, device, torch.float32 if device == "cpu" else torch.bfloat16)
 
 
@@ -556,11 +592,13 @@ def rollout(engine, pool, tok, groups, cfg, seed=0, reply=None):
               errors=0, prefix_steps=0)
     t_start = time.time()
     eps = []
+    streams = cfg.sample_streams == "episode" and all(g.get("key") for g in groups)  # else the engine's
     for gid, g in enumerate(groups):
-        for _ in range(g["R"]):
+        for r in range(g["R"]):
             eps.append({"eid": next(episode_ids), "gid": gid, "task": g["task"], "n": g["n"], "rows": [],
                         "done": False, "won": False, "invalid": 0, "error": None,
                         "thinks": g.get("thinks") or [], "text": g.get("text") or "",
+                        "key": (*g["key"], r) if streams else None,  # its sampling stream, with the turn
                         "played": list(g["prefix"])})  # played: the prefix, then the valid actions taken
     t0 = time.time()
     res = pool.run([("reset", e["eid"], e["task"]["gamefile"], e["played"]) for e in eps])
@@ -598,7 +636,8 @@ def rollout(engine, pool, tok, groups, cfg, seed=0, reply=None):
         st["prompts"] += len(live)
         allowed = [choice_ids(tok, e["admissible"]) for e in live] if cfg.constrained else None
         t0 = time.time()
-        outs = engine.generate(prompts, cfg.max_new_tokens, cfg.temperature, seed * 1000 + turn, allowed)
+        seeds = [stream_seed(*e["key"], e["steps"]) for e in live] if streams else seed * 1000 + turn
+        outs = engine.generate(prompts, cfg.max_new_tokens, cfg.temperature, seeds, allowed)
         st["t_gen"] += time.time() - t0
         reqs = []
         for j, (e, p, o) in enumerate(zip(live, prompts, outs)):
@@ -678,8 +717,10 @@ class Player:
     def prober(self, step, tasks, hints, mine):  # the probe rules' callback: none on the paper's path
         return None
 
-    def play(self, step, tasks, hints, n):  # this rank's tasks, their hints and depths -> the rollout output
-        groups = [group(t, h, ni, self.cfg.group_size) for t, h, ni in zip(tasks, hints, n)]
+    def play(self, step, tasks, hints, n, pos):  # this rank's tasks, their hints, depths and places in the
+        # batch -> the rollout output; a group's sampling key: the seed, the step, its place in the batch
+        groups = [{**group(t, h, ni, self.cfg.group_size), "key": ("train", self.cfg.seed, step, p)}
+                  for t, h, ni, p in zip(tasks, hints, n, pos)]
         return rollout(self.engine, self.pool, self.tok, groups, self.cfg,
                        self.cfg.seed * 1_000_003 + step * 1009 + self.rank, self.reply)
 

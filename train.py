@@ -297,7 +297,7 @@ for step in bar:
     t_sched = time.time() - t_sched - t_probe
     # 2. rollouts of this rank's shard: R per task after the first n actions of its hint
     t1 = time.time()
-    out = player.play(step, my_tasks, my_hints, [plan["n"][i] for i in mine])
+    out = player.play(step, my_tasks, my_hints, [plan["n"][i] for i in mine], mine)
     t_roll = time.time() - t1
     # 3. success rates of the whole batch, from every rank -> the same scheduler update everywhere; a task
     # without a hint says nothing about its depth. The hint source learns from every rank's episodes.

@@ -1,5 +1,6 @@
 """Rollout loop, action parsing, and the engines (vLLM log-prob parity + weight sync on the tiny model)."""
 import dataclasses
+import math
 import os
 
 import pytest
@@ -658,3 +659,56 @@ def test_constrained_aux_rows_are_scored_on_the_trie_the_policy_plays(tiny, pool
 def expert_hint(task):
     from rollout import ExpertSource
     return ExpertSource([task]).hint(task)
+
+
+def test_row_streams_draw_from_the_softmax_by_hand():
+    """RowStreams (--sample_streams episode on the HF engine): argmax(logits / T + Gumbel noise) is a draw from
+    softmax(logits / T). Logits (0, ln 2, ln 3, -inf) at T = 1 give probabilities 1/6, 2/6, 3/6, 0; 6,000 rows,
+    one stream each, hit them within 0.03 (4 standard errors). At T = 0.5 the logits double: 1/14, 4/14, 9/14.
+    The same seed and position give the same draw, whatever the other rows."""
+    from rollout import RowStreams
+    z = torch.tensor([0.0, math.log(2), math.log(3), float("-inf")]).repeat(6000, 1)  # [6000, 4]
+    ids = torch.zeros(6000, 7, dtype=torch.long)  # prompts of 5 tokens, reply position j = 2
+    for T, want in ((1.0, [1 / 6, 2 / 6, 3 / 6, 0]), (0.5, [1 / 14, 4 / 14, 9 / 14, 0])):
+        pick = RowStreams(list(range(6000)), 5, T)(ids, z).argmax(-1)
+        freq = torch.bincount(pick, minlength=4).double() / 6000
+        assert all(abs(f - w) < 0.03 for f, w in zip(freq.tolist(), want)), (T, freq)
+        assert freq[3] == 0  # a masked token is never drawn
+    alone = RowStreams([17], 5, 1.0)(ids[:1], z[:1]).argmax(-1)
+    assert alone.item() == RowStreams(list(range(6000)), 5, 1.0)(ids, z).argmax(-1)[17].item()
+
+
+@pytest.mark.parametrize("engine", ["hf", "vllm"])
+def test_per_request_streams_give_the_same_samples_however_batched(tiny, engine, request):
+    """generate with a seed per request: the same prompt and seed give the same reply and log-probs alone, in a
+    batch, or in the batch reversed (HF: RowStreams; vLLM: SamplingParams.seed)."""
+    path, tok = tiny
+    eng = HFEngine(path, tok) if engine == "hf" else request.getfixturevalue("vllm_eng")
+    prompts = [encode_prompt(tok, f"task: put a mug {i} in the sink.\noptions: look", 512)[0][:20 + 7 * i]
+               for i in range(6)]
+    seeds = [1000 + 7 * i for i in range(6)]
+    batch = eng.generate(prompts, 10, 1.0, seeds)
+    alone = [eng.generate([p], 10, 1.0, [s])[0] for p, s in zip(prompts, seeds)]
+    rev = eng.generate(prompts[::-1], 10, 1.0, seeds[::-1])[::-1]
+    for a, b, c in zip(batch, alone, rev):
+        assert a["ids"] == b["ids"] == c["ids"]
+        assert torch.allclose(torch.tensor(a["logprobs"]), torch.tensor(b["logprobs"]), atol=1e-4)
+    assert len({tuple(o["ids"]) for o in batch}) > 1  # the streams differ from one another
+
+
+def test_an_episode_samples_the_same_whatever_shares_its_batch(tiny, pool):
+    """--sample_streams episode: a group's episodes (keyed by their group's key and rollout index) play the same
+    turns alone or beside another group, listed first or last; without keys (or --sample_streams engine) they
+    draw from the engine's stream, which the batch changes."""
+    path, tok = tiny
+    eng = HFEngine(path, tok)
+    a, b = load_tasks("train")[:2]
+    c = cfg(constrained=True, sample_streams="episode", max_steps=4)
+    ga, gb = {**grp(a, 1, 2), "key": ("train", 0, 5, 0)}, {**grp(b, 1, 2), "key": ("train", 0, 5, 1)}
+
+    def turns(out, gid):
+        return [(e["played"], e["won"], [r["response_ids"] for r in out["rows"] if r["eid"] == e["eid"]])
+                for e in out["episodes"] if e["gid"] == gid]
+    alone = turns(rollout(eng, pool, tok, [gb], c), 0)
+    assert alone == turns(rollout(eng, pool, tok, [ga, gb], c), 1) == turns(rollout(eng, pool, tok, [gb, ga], c), 0)
+    assert len(alone) == 2 and alone[0] != alone[1]  # rollout 0 and 1 of a group: two streams

@@ -380,3 +380,15 @@ def test_a_task_whose_prefix_fills_the_step_budget_is_redrawn(tmp_path):
     train(tmp_path, "--steps", "1", "--task_types", types, "--scheduler", "fixed", "--fixed_ratio", "1",
           "--max_steps", "8", "--eval_games", "-1", "--engine", "hf", "--ckpt_every", "0")
     assert records(tmp_path)[0]["redraws"] == 10
+
+
+def test_an_evaluation_before_a_step_leaves_its_episodes_alone(tmp_path):
+    """--sample_streams episode: a run that evaluates before step 1 (--eval_every 1) plays step 1's episodes as a run
+    that does not (every field of the step records equal but timings); the evaluation draws from streams of its own.
+    With the engine's one stream (--sample_streams engine) the evaluation consumes draws step 1 would have used."""
+    got = {}
+    for every in ("0", "1"):
+        train(tmp_path / every, "--steps", "2", "--sample_streams", "episode", "--eval_every", every,
+              "--ckpt_every", "0")
+        got[every] = [{k: v for k, v in r.items() if not k.startswith("t_")} for r in records(tmp_path / every)]
+    assert len(got["0"]) == 2 and got["0"] == got["1"]

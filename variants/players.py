@@ -18,7 +18,7 @@ class ProbePlayer(Player):
     def prober(self, step, tasks, hints, mine):
         """The step's probe callback over the global batch (tasks, hints: this rank's shard, mine: their batch
         indices). Probe groups are kept so the chosen one is trained on."""
-        self.tasks, self.hints, self.mine = tasks, hints, mine
+        self.tasks, self.hints, self.mine, self.step = tasks, hints, mine, step
         self.groups, self.stats, self.calls, self.seed = {}, {}, 0, self.cfg.seed + 97 * step + self.rank
         return self.probe
 
@@ -34,7 +34,8 @@ class ProbePlayer(Player):
         if todo:
             self.calls += 1
             out = rollout(self.engine, self.pool, self.tok,
-                          [group(self.tasks[j], self.hints[j], n, self.cfg.group_size) for j, n in todo],
+                          [{**group(self.tasks[j], self.hints[j], n, self.cfg.group_size),
+                            "key": ("probe", self.cfg.seed, self.step, self.mine[j], n)} for j, n in todo],
                           self.cfg, self.seed * 7919 + self.calls, self.reply)
             for k, v in out["stats"].items():
                 self.stats[k] = self.stats.get(k, 0) + v
@@ -42,11 +43,12 @@ class ProbePlayer(Player):
                 self.groups[(j, n)] = g
         return [sum(e["won"] for e in self.groups[(j, n)]["episodes"]) for j, n in pairs]
 
-    def play(self, step, tasks, hints, n):
+    def play(self, step, tasks, hints, n, pos):
         """Groups already played as the chosen probe are reused; the rest are played now, in one batch."""
         groups = [self.groups.get((j, nj)) for j, nj in enumerate(n)]
         todo = [j for j, g in enumerate(groups) if g is None]
-        fresh = super().play(step, [tasks[j] for j in todo], [hints[j] for j in todo], [n[j] for j in todo])
+        fresh = super().play(step, [tasks[j] for j in todo], [hints[j] for j in todo], [n[j] for j in todo],
+                             [pos[j] for j in todo])
         for j, g in zip(todo, split_groups(fresh, len(todo))):
             groups[j] = g
         out = merge(groups)
@@ -76,7 +78,7 @@ def merge(outs):
 class SFTPlayer(Player):
     plays = False  # the policy plays no episode: the loss terms train on the expert rows alone
 
-    def play(self, step, tasks, hints, n):
+    def play(self, step, tasks, hints, n, pos=None):
         full = self.cfg.mode == "sft_full"
         depths = [(len(h.actions) if h else 0) if full else nj for h, nj in zip(hints, n)]
         out = rollout(self.engine, self.pool, self.tok,
