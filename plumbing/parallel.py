@@ -125,14 +125,16 @@ def kv_bytes_per_token(layers, kv_heads, head_dim, dtype_bytes=2):
     return layers * kv_heads * head_dim * 2 * dtype_bytes
 
 
-def memory_gb(size, world=8, fsdp=False, seqs=16, seq_len=4608, micro_batch=8, resp_len=512,
+def memory_gb(size, world=8, fsdp=False, seqs=18, seq_len=4608, micro_batch=8, resp_len=512, entropy=True,
               graph_pool_gb=1.0, context_gb=1.0):
     """Per-rank GiB of the GPU presets, as the code allocates it. -> {row: GiB}; "peak" = the resident rows +
-    the largest of the transient phases (a micro-batch's backward, the optimizer step). seqs: sequences a rank
-    plays at once (|B| R / world = 16); seq_len: prompt budget + reply budget (4096 + 512); resp_len: the
-    reply budget. The two allowances are not derived from the code: vLLM prints its CUDA-graph pool at
-    start-up ("Graph capturing finished ... took N GiB"); the CUDA context (the kernels of torch and vLLM) and
-    NCCL's buffers per process."""
+    the largest of three phases that never coexist: the backward through the loss head (the response logits),
+    the backward through the layers (one recomputed at a time), the optimizer step. seqs: the most sequences a
+    rank plays at once (train.py's `seqs`: max(|B| R / world = 16, the evaluation's ceil(140 valid_seen games /
+    8) = 18)); seq_len: prompt budget + reply budget (4096 + 512); resp_len: the reply budget; entropy: the
+    entropy term is on (the paper preset's entropy_coef 0.001). The two allowances are not derived from the
+    code: vLLM prints its CUDA-graph pool at start-up ("Graph capturing finished ... took N GiB"); the CUDA
+    context (the kernels of torch and vLLM) and NCCL's buffers per process."""
     m = QWEN[size]
     P, shard = m["params"], (world if fsdp else 1)
     tok = micro_batch * seq_len  # tokens of one micro-batch, padded to its longest row
@@ -156,31 +158,33 @@ def memory_gb(size, world=8, fsdp=False, seqs=16, seq_len=4608, micro_batch=8, r
         layer = (P - m["root"]) / m["layers"]
         rows["FSDP2: root group gathered, bf16"] = 2 * m["root"]
         rows["FSDP2: two layer groups gathered, bf16"] = 2 * 2 * layer
-    transient = {
-        # gradient checkpointing keeps each layer's input (bf16); the layer being recomputed in the backward
-        # holds its activations (~8 hidden-wide + 4 intermediate-wide tensors per token, bf16) and as much
-        # again in grads
-        "backward: checkpointed layer inputs": tok * m["hidden"] * 2 * m["layers"],
-        "backward: one layer recomputed, with its gradients": (tok * (8 * m["hidden"] + 4 * m["inter"])
-                                                               * 2 * 2),
-        # the response positions' logits (rollout.response_logprobs, logits_to_keep): bf16 out of lm_head, an
-        # fp32 copy into one log_softmax (grpo.token_logprobs_entropy keeps only that); the backward's peak
-        # holds the log-probs, their gradient, a recomputed exp and the softmax's input gradient: ~16 B per
-        # (token, vocab)
-        "backward: response logits, 16 B per token x vocab": micro_batch * resp_len * m["vocab"] * 16,
-    }
+    # gradient checkpointing keeps each layer's input through the whole backward: the residual stream, fp32
+    # under DDP (autocast computes in bf16 over fp32 weights, and the residual adds stay fp32), bf16 under
+    # FSDP2's mixed precision (bf16 parameters)
+    inputs = tok * m["hidden"] * (2 if fsdp else 4) * m["layers"]
+    # the response positions' logits (rollout.response_logprobs, logits_to_keep): bf16 out of lm_head, one
+    # fp32 copy scaled by the temperature; the backward of the log-probs holds it, its gradient, a recomputed
+    # exp and the softmax's input gradient (~16 B per token x vocab); the entropy's backward
+    # (grpo._EntropyOfLogits) two fp32 copies more, a recomputed log-softmax and its exp (~24 B)
+    logit_bytes = 24 if entropy else 16
+    head = {"backward, loss head: checkpointed layer inputs": inputs,
+            f"backward, loss head: response logits, {logit_bytes} B per token x vocab":
+                micro_batch * resp_len * m["vocab"] * logit_bytes}
+    # the layer being recomputed holds its activations (~8 hidden-wide + 4 intermediate-wide tensors per
+    # token, bf16) and as much again in grads
+    layers = {"backward, layers: checkpointed layer inputs": inputs,
+              "backward, layers: one layer recomputed, with its gradients":
+                  tok * (8 * m["hidden"] + 4 * m["inter"]) * 2 * 2}
     if fsdp:  # the root group's gradients, unsharded in bf16 then cast to fp32 for the reduce-scatter
-        transient["backward: root group gradients before the reduce (bf16 + fp32)"] = (2 + 4) * m["root"]
-    # DDP's first backward: autograd's own .grad tensors exist beside the buckets until they become views
-    else:
-        transient["backward, first step only: DDP grads before they are bucket views"] = 4 * P
+        layers["backward, layers: root group gradients before the reduce (bf16 + fp32)"] = (2 + 4) * m["root"]
+    else:  # DDP's first backward: autograd's own .grad tensors exist beside the buckets until they are views
+        layers["backward, layers, first step only: DDP grads before they are bucket views"] = 4 * P
     # torch AdamW (foreach, the CUDA default: torch/optim/adamw.py -> adam.py _multi_tensor_adam) builds
     # sqrt(v) / sqrt(bc2) + eps for every parameter of the group at once: one fp32 copy of the (local) params
     step = {"optimizer step: AdamW foreach temporaries (sqrt v)": 4 * P / shard}
-    out = {k: v / GB for k, v in {**rows, **transient, **step}.items()}
-    resident = sum(rows.values())
-    out["peak (resident + the larger phase)"] = (resident + max(sum(transient.values()),
-                                                                sum(step.values()))) / GB
+    out = {k: v / GB for k, v in {**rows, **head, **layers, **step}.items()}
+    out["peak (resident + the largest phase)"] = (sum(rows.values()) + max(
+        sum(head.values()), sum(layers.values()), sum(step.values()))) / GB
     return out
 
 
@@ -192,7 +196,7 @@ def memory_table():
     # stable: each column's order
     keys = sorted(dict.fromkeys(k for c in cols for k in c), key=lambda k: phase(k))
     out = ["| per rank, GiB (8 ranks; worst case: micro-batches of 8 rows at the 4,096 + 512 token budget, "
-           "16 sequences in vLLM) | Qwen2.5-1.5B, DDP | Qwen2.5-7B, FSDP2 |", "|---|---:|---:|"]
+           "18 sequences in vLLM) | Qwen2.5-1.5B, DDP | Qwen2.5-7B, FSDP2 |", "|---|---:|---:|"]
     out += [f"| {k} | " + " | ".join(f"{c[k]:.1f}" if k in c else "-" for c in cols) + " |" for k in keys]
     return "\n".join(out)
 

@@ -342,3 +342,25 @@ def test_ranks_that_disagree_stop_in_one_line(capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert e.value.code == 2 and len(err) == 1 and err[0].startswith("error: the ranks disagree after step 3: ")
         assert words in err[0], err[0]
+
+
+def test_memory_rows_are_the_formula_by_hand():
+    """plumbing.parallel.memory_gb at Qwen2.5-1.5B under DDP, by hand (GiB = 2^30 B): checkpointed layer inputs
+    8 x 4,608 tokens x 1,536 x 4 B (fp32 residual under autocast) x 28 layers = 6,341,787,648 B = 5.906; response
+    logits with the entropy 8 x 512 x 151,936 x 24 B = 14,935,916,544 B = 13.910 (16 B without: 9.273); KV cache
+    18 sequences x 4,608 x 28,672 B = 2,378,170,368 B = 2.215. The loss head's phase is 5.906 + 13.910 = 19.816,
+    the layers' 5.906 + 6.6 (one layer: 36,864 x (8 x 1,536 + 4 x 8,960) x 4 B = 7,096,762,368 B = 6.609) + 5.737
+    (DDP's first-step grads, 4 x 1.54e9 B) = 18.252, the optimizer's 5.737: the peak adds the loss head's alone to
+    the resident rows, not every phase."""
+    from plumbing.parallel import GB, memory_gb
+    m = memory_gb("1.5B")
+    assert m["backward, loss head: checkpointed layer inputs"] == pytest.approx(6_341_787_648 / GB)
+    assert m["backward, loss head: response logits, 24 B per token x vocab"] == pytest.approx(14_935_916_544 / GB)
+    assert memory_gb("1.5B", entropy=False)["backward, loss head: response logits, 16 B per token x vocab"] == \
+        pytest.approx(8 * 512 * 151_936 * 16 / GB)
+    assert m["vLLM KV cache (rollout.kv_cache_gb)"] == pytest.approx(2_378_170_368 / GB)
+    assert m["backward, layers: one layer recomputed, with its gradients"] == pytest.approx(7_096_762_368 / GB)
+    resident = sum(v for k, v in m.items() if not k.startswith(("backward", "optimizer", "peak")))
+    assert m["peak (resident + the largest phase)"] == pytest.approx(resident + (6_341_787_648 + 14_935_916_544) / GB)
+    assert memory_gb("7B", fsdp=True)["backward, loss head: checkpointed layer inputs"] == \
+        pytest.approx(8 * 4608 * 3584 * 2 * 28 / GB)  # bf16 under FSDP2's mixed precision
