@@ -99,11 +99,12 @@ def hint_len(hint):  # L: the length of a hint's actions; None without any (play
     return (len(hint.actions) or None) if hint else None
 
 
-lengths = [hint_len(hints.hint(t)) for t in train_tasks]  # L per training task (None: no hint yet)
+first_hints = [hints.hint(t) for t in train_tasks]
+lengths = [hint_len(h) for h in first_hints]  # L per training task (None: no hint yet)
 if master:
     print(length_table(train_tasks))
-    print(f"[hints] {cfg.hint_source}: {sum(L is not None for L in lengths)} "
-          f"of {len(train_tasks)} training tasks start with a hint")
+    print(f"[hints] {cfg.hint_source}: {sum(L is not None for L in lengths)} of {len(train_tasks)} training "
+          f"tasks start with a hint to replay, {sum(bool(h and h.text) for h in first_hints)} with a text")
 pool = EnvPool(cfg.num_workers, env_spec(cfg))
 
 # -------------------------------------------------------------- models, reference, rollout engine, optimizer
@@ -335,7 +336,8 @@ for step in bar:
     times = {"t_rollout": t_roll, "t_probe": t_probe, "t_train": t_train, "t_sync": t_sync,
              "t_sched": t_sched, "mem_peak_gb": mem_peak_gb}
     rec = step_record(step, lr, p_hat, gather((n_zero, n_groups)), parts, plan, sched.stats(),
-                      sum(v["L"] is not None for v in view), redraws, sync_err, consist, times, t0,
+                      (sum(v["L"] is not None for v in view), sum(bool(h and h.text) for h in task_hints)),
+                      redraws, sync_err, consist, times, t0,
                       gather((out["stats"], player.stats, len(out["episodes"]), len(err))), tasks)
     if master:  # the warning of a skipped (non-finite) update rides on the step line
         log.write(json.dumps(rec, default=lambda o: o.item() if hasattr(o, "item") else str(o)) + "\n")

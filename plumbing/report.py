@@ -42,9 +42,9 @@ def step_record(step, lr, p_hat, zero, parts, plan, sched, hinted, redraws, sync
     errored; NaN: no play); tasks: the batch's tasks in the same order (their task_type gives by_type:
     {type: [all-0 groups, groups, mean success]}, the per-type reading of a mixed batch); zero:
     [(zero-advantage groups, groups)] per rank; parts: the update's terms; plan: the scheduler's; sched: its
-    stats(); hinted: tasks of the batch with a hint; outs: per rank (rollout stats, probe stats, episodes,
-    error episodes); consist: per rank (weight sum, run-state JSON); times: t_* seconds; t0: the step's start
-    (time.time())."""
+    stats(); hinted: (tasks of the batch with a hint to replay, tasks with a text hint); outs: per rank
+    (rollout stats, probe stats, episodes, error episodes); consist: per rank (weight sum, run-state JSON);
+    times: t_* seconds; t0: the step's start (time.time())."""
     import time
     p_kept = [p for p in p_hat if p is not None and p == p]
     mean = lambda xs: float(np.mean(xs)) if p_kept else None  # noqa: E731
@@ -61,7 +61,8 @@ def step_record(step, lr, p_hat, zero, parts, plan, sched, hinted, redraws, sync
                         for k, v in sorted(by_type.items())},
             "zero_adv_groups": sum(z for z, _ in zero), "groups": sum(g for _, g in zero),
             **parts, "stepped": parts["update_rel"] > 0, "error_episodes": sum(o[3] for o in outs),
-            "mean_n": float(np.mean(plan["n"])), "mean_r": float(np.mean(plan["r"])), "hinted": hinted,
+            "mean_n": float(np.mean(plan["n"])), "mean_r": float(np.mean(plan["r"])), "hinted": hinted[0],
+            "text_hints": hinted[1],
             **sched,  # the scheduler's stats() whole: a new statistic is logged without a line here
             "rollouts": sum(o[2] for o in outs),  # trained on (|B| R); the probes' extra rollouts:
             "probe_rollouts": plan["probe_rollouts"],

@@ -241,3 +241,27 @@ def test_the_readme_hint_source_runs_as_one_file_and_its_text_reaches_the_prompt
     assert "NoObserve lacks observe, state_dict, load_state_dict" in capsys.readouterr().err
     sys.modules.pop("my_hints", None)
     sys.modules.pop("bad_hints", None)
+
+
+@pytest.mark.slow
+def test_text_hints_are_counted_at_start_up_and_logged(tmp_path):
+    """A source whose hints are text alone (README's FirstStop): train.py's start-up line counts them apart from
+    the hints to replay, and each step's record says how many tasks of the batch carry one (text_hints)."""
+    import re
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    readme = open(os.path.join(root, "README.md")).read()
+    (tmp_path / "my_hints.py").write_text(
+        next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if b.startswith("# my_hints.py")))
+    p = subprocess.run([sys.executable, "train.py", "--hint_source", "my_hints:FirstStop", "--steps", "1",
+                        "--batch_tasks", "4", "--group_size", "2", "--max_steps", "3", "--eval_games", "-1",
+                        "--train_panel", "0", "--num_workers", "1", "--engine", "hf", "--ckpt_every", "0",
+                        "--out_dir", str(tmp_path / "run")], cwd=root, capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "PYTHONPATH": str(tmp_path), "TQDM_DISABLE": "1"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    n = len(load_tasks("train", task_types=["pick_and_place_simple", "look_at_obj_in_light"]))
+    assert f"[hints] my_hints:FirstStop: 0 of {n} training tasks start with a hint to replay, {n} with a text" \
+        in p.stdout
+    rec = json.loads(open(tmp_path / "run" / "log.jsonl").readlines()[0])
+    assert rec["hinted"] == 0 and rec["text_hints"] == 4

@@ -360,8 +360,8 @@ def test_runs_the_aux_fix_leaves_alone_keep_their_records(tmp_path, name, argv):
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     got = [{k: v for k, v in r.items() if not k.startswith("t_")} for r in records(tmp_path)]
     want = [json.loads(line) for line in open(os.path.join(ROOT, "tests", "data", f"{name}_3steps.jsonl"))]
-    assert [sorted(r) for r in got] == [sorted(r) for r in want]
-    for g, w in zip(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):  # every field those records had (a field added since is not theirs)
         for k in w:
             assert g[k] == (pytest.approx(w[k], rel=1e-6, abs=1e-12) if isinstance(w[k], float) else w[k]), \
                 (w["step"], k)
