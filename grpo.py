@@ -348,8 +348,9 @@ def adamw_update_norm(opt, chunk=1 << 22):
 
 # ---------------------------------------------------------------------------------------------- loss terms
 LOGGED = ("pg", "kl", "entropy", "aux", "clipfrac", "ratio_dev")  # in every update's output (0.0 when unused)
-RESERVED = {"tokens", "finite", "update_rel", "grad_norm", "term_stats", "lp_diff", "lp_k3", "lp_tokens",
-            "lp_diff_mean", "lp_diff_max", "lp_kl"}  # the update's own names: no term stat may take one
+# the update's own names: no term stat may take one
+RESERVED = {"tokens", "finite", "update_rel", "skipped", "grad_norm", "term_stats", "lp_diff", "lp_k3",
+            "lp_tokens", "lp_diff_mean", "lp_diff_max", "lp_kl"}
 
 
 class Term:
@@ -537,9 +538,9 @@ class Update:
         task's step rows and aux rows spread over them in order (mini_batches: the same cut on 1 GPU or 8),
         each mini-batch's loss normalised by its own global counts (verl's dp_actor: several optimizer steps a
         batch). pi_old is scored once, before the first step. -> LOGGED (each term's finish: pg, kl, entropy,
-        aux: each mini-batch's mean, averaged; clipfrac; ratio_dev), every other term stat (their names
-        also under "term_stats", for the step line), update_rel (summed relative update size), grad_norm
-        (mean; nan if any step was non-finite), and with trainer pi_old the engine-vs-trainer gap."""
+        aux: each mini-batch's mean, averaged; clipfrac; ratio_dev), every other term stat (also named in
+        "term_stats", for the step line), update_rel (summed relative update size), skipped (mini-batches of
+        non-finite loss: no step), grad_norm (mean over the steps taken; nan: none), engine-vs-trainer gap."""
         n_rows = all_sum(len(rows), self.ddp)
         n_mb = max(1, -(-n_rows // self.cfg.ppo_mini_batch)) if self.cfg.ppo_mini_batch else 1
         parts = list(zip(mini_batches(rows, n_mb), mini_batches(aux, n_mb)))
@@ -584,9 +585,9 @@ class Update:
         for t in self.terms:
             out.update(t.finish(sums, maxima, n_mb, sums["tokens"]))
         more = [k for k in out if k not in LOGGED]
-        out.update(update_rel=update_rel,
-                   grad_norm=(sum(grad_norms) / len(grad_norms) if all(map(math.isfinite, grad_norms))
-                              else math.nan))
+        finite = [g for g in grad_norms if math.isfinite(g)]  # a mini-batch with a non-finite loss: no step
+        out.update(update_rel=update_rel, skipped=len(grad_norms) - len(finite),
+                   grad_norm=sum(finite) / len(finite) if finite else math.nan)
         if self.old_from_trainer:  # how far the engine that sampled is from the trainer that scores
             n = max(sums["lp_tokens"], 1)
             out.update(lp_diff_mean=sums["lp_diff"] / n, lp_diff_max=maxima["lp_diff"],

@@ -419,8 +419,8 @@ class VLLMEngine:
                       "vLLM's V2 model runner (the CUDA default) accepts only its own interface")
             os.environ[k] = v
         from vllm import LLM
-        self.llm, self.tok, self.sleep, self.constrained = LLM(**kw, use_tqdm_on_load=not quiet), tok, \
-            kw["enable_sleep_mode"], constrained
+        self.llm, self.tok, self.sleep, self.constrained, self.cuda = LLM(**kw, use_tqdm_on_load=not quiet), \
+            tok, kw["enable_sleep_mode"], constrained, torch.cuda.is_available()
 
     def load_weights(self, named_tensors):
         sync_weights(self.llm, named_tensors)
@@ -429,11 +429,8 @@ class VLLMEngine:
         from vllm import SamplingParams
         params = []
         for i, _ in enumerate(prompts):
-            # a stream per request (--sample_streams episode); else derived from the call's seed on CUDA,
-            # while vLLM-CPU cannot rewind a seeded generator over a chunked prefill ("CPU Generator does not
-            # use offset": the engine is built without chunked prefill for streams): the engine's stream
-            rs = (seed[i] if isinstance(seed, list) else
-                  seed63(seed * 100003 + i) if torch.cuda.is_available() else None)
+            # a stream per request (--sample_streams episode); else from the call's seed on CUDA, the engine's
+            rs = seed[i] if isinstance(seed, list) else seed63(seed * 100003 + i) if self.cuda else None
             if allowed is not None and not self.constrained:
                 raise ValueError("this vLLM engine was built without the trie mask (constrained=False)")
             params.append(SamplingParams(n=1, temperature=temperature, top_p=1.0,
@@ -591,8 +588,7 @@ def rollout(engine, pool, tok, groups, cfg, seed=0, reply=None):
     st = dict(rollouts=0, env_steps=0, gen_tokens=0, t_gen=0.0, t_env=0.0, prompts=0, truncated=0, invalid=0,
               errors=0, prefix_steps=0)
     t_start = time.time()
-    eps = []
-    streams = cfg.sample_streams == "episode" and all(g.get("key") for g in groups)  # else the engine's
+    eps, streams = [], cfg.sample_streams == "episode" and all(g.get("key") for g in groups)  # else engine's
     for gid, g in enumerate(groups):
         for r in range(g["R"]):
             eps.append({"eid": next(episode_ids), "gid": gid, "task": g["task"], "n": g["n"], "rows": [],
@@ -625,10 +621,7 @@ def rollout(engine, pool, tok, groups, cfg, seed=0, reply=None):
                             **({"allowed": choice_ids(tok, adm)} if cfg.constrained else {})})
         e["done"] = e["won"] or e["steps"] >= cfg.max_steps
     turn = 0
-    while True:
-        live = [e for e in eps if not e["done"]]
-        if not live:
-            break
+    while live := [e for e in eps if not e["done"]]:
         fitted = fit_prompts(tok, [(e["goal"], e["room"], e["history"], e["obs"], e["admissible"], e["steps"],
                                     e["text"]) for e in live], cfg)
         prompts = [ids for ids, _ in fitted]
@@ -717,8 +710,7 @@ class Player:
     def prober(self, step, tasks, hints, mine):  # the probe rules' callback: none on the paper's path
         return None
 
-    def play(self, step, tasks, hints, n, pos):  # this rank's tasks, their hints, depths and places in the
-        # batch -> the rollout output; a group's sampling key: the seed, the step, its place in the batch
+    def play(self, step, tasks, hints, n, pos):  # this rank's tasks, hints, depths, places in the batch
         groups = [{**group(t, h, ni, self.cfg.group_size), "key": ("train", self.cfg.seed, step, p)}
                   for t, h, ni, p in zip(tasks, hints, n, pos)]
         return rollout(self.engine, self.pool, self.tok, groups, self.cfg,

@@ -300,8 +300,7 @@ for step in bar:
     t1 = time.time()
     out = player.play(step, my_tasks, my_hints, [plan["n"][i] for i in mine], mine)
     t_roll = time.time() - t1
-    # 3. success rates of the whole batch, from every rank -> the same scheduler update everywhere; a task
-    # without a hint says nothing about its depth. The hint source learns from every rank's episodes.
+    # 3. every rank's successes -> one scheduler update (hinted tasks); the hint source learns from all
     flags = in_batch_order(gather((mine, group_successes(out, len(mine)))), len(tasks))  # 0/1 per episode
     p_hat = [sum(f) / len(f) if f else None for f in flags] if player.plays else [float("nan")] * len(tasks)
     if hinted := [i for i, v in enumerate(view) if v["L"] and player.plays]:
@@ -316,7 +315,7 @@ for step in bar:
     model.train()
     engine.sleep_mode(True)  # --vllm_sleep (GPU): free the engine's memory during the update
     parts = learn.batch(rows, out["aux"])  # the batch's optimizer steps (several with --ppo_mini_batch)
-    bad = 0 if math.isfinite(parts["grad_norm"]) else bad + 1  # non-finite: that step was skipped
+    bad = bad + 1 if parts["skipped"] else 0  # steps in a row with a mini-batch whose loss was non-finite
     if bad >= max(cfg.max_bad_steps, 1):
         save_checkpoint(step, "non-finite loss")
         sys.exit(f"error: {bad} non-finite losses in a row at step {step}; stopped (checkpoint written)")
@@ -336,13 +335,13 @@ for step in bar:
     times = {"t_rollout": t_roll, "t_probe": t_probe, "t_train": t_train, "t_sync": t_sync,
              "t_sched": t_sched, "mem_peak_gb": mem_peak_gb}
     rec = step_record(step, lr, p_hat, gather((n_zero, n_groups)), parts, plan, sched.stats(),
-                      (sum(v["L"] is not None for v in view), sum(bool(h and h.text) for h in task_hints)),
-                      redraws, sync_err, consist, times, t0,
+                      (view, task_hints), redraws, sync_err, consist, times, t0,
                       gather((out["stats"], player.stats, len(out["episodes"]), len(err))), tasks)
-    if master:  # the warning of a skipped (non-finite) update rides on the step line
+    if master:  # a mini-batch skipped for a non-finite loss: a warning on the step line
         log.write(json.dumps(rec, default=lambda o: o.item() if hasattr(o, "item") else str(o)) + "\n")
         log.flush()
-        bar.write(step_line(rec) + f" | [warn] non-finite loss, update skipped ({bad} in a row)" * (bad > 0))
+        warn = f" | [warn] non-finite loss: {parts['skipped']} mini-batch(es) skipped, {bad} step(s) in a row"
+        bar.write(step_line(rec) + warn * (bad > 0))
         if wandb_run:
             wandb_run.log(rec, step=step)
     # 7. evaluation and checkpoints; a signal to any rank stops every rank after the same step

@@ -129,12 +129,12 @@ def memory_gb(size, world=8, fsdp=False, seqs=18, seq_len=4608, micro_batch=8, r
               graph_pool_gb=1.0, context_gb=1.0):
     """Per-rank GiB of the GPU presets, as the code allocates it. -> {row: GiB}; "peak" = the resident rows +
     the largest of three phases that never coexist: the backward through the loss head (the response logits),
-    the backward through the layers (one recomputed at a time), the optimizer step. seqs: the most sequences a
-    rank plays at once (train.py's `seqs`: max(|B| R / world = 16, the evaluation's ceil(140 valid_seen games /
-    8) = 18)); seq_len: prompt budget + reply budget (4096 + 512); resp_len: the reply budget; entropy: the
-    entropy term is on (the paper preset's entropy_coef 0.001). The two allowances are not derived from the
-    code: vLLM prints its CUDA-graph pool at start-up ("Graph capturing finished ... took N GiB"); the CUDA
-    context (the kernels of torch and vLLM) and NCCL's buffers per process."""
+    the backward through the layers (one recomputed at a time), the optimizer step. seqs: the most sequences
+    a rank plays at once (train.py's `seqs`: max(|B| R / world = 16, the evaluation's ceil(140 valid_seen
+    games / 8) = 18)); seq_len: prompt budget + reply budget (4096 + 512); resp_len: the reply budget;
+    entropy: the entropy term is on (the paper preset's entropy_coef 0.001). The two allowances are not
+    derived from the code: vLLM prints its CUDA-graph pool at start-up ("Graph capturing finished ... took N
+    GiB"); the CUDA context (the kernels of torch and vLLM) and NCCL's buffers per process."""
     m = QWEN[size]
     P, shard = m["params"], (world if fsdp else 1)
     tok = micro_batch * seq_len  # tokens of one micro-batch, padded to its longest row

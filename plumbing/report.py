@@ -42,7 +42,7 @@ def step_record(step, lr, p_hat, zero, parts, plan, sched, hinted, redraws, sync
     errored; NaN: no play); tasks: the batch's tasks in the same order (their task_type gives by_type:
     {type: [all-0 groups, groups, mean success]}, the per-type reading of a mixed batch); zero:
     [(zero-advantage groups, groups)] per rank; parts: the update's terms; plan: the scheduler's; sched: its
-    stats(); hinted: (tasks of the batch with a hint to replay, tasks with a text hint); outs: per rank
+    stats(); hinted: (the scheduler's view of the batch, the batch's hints); outs: per rank
     (rollout stats, probe stats, episodes, error episodes); consist: per rank (weight sum, run-state JSON);
     times: t_* seconds; t0: the step's start (time.time())."""
     import time
@@ -61,8 +61,9 @@ def step_record(step, lr, p_hat, zero, parts, plan, sched, hinted, redraws, sync
                         for k, v in sorted(by_type.items())},
             "zero_adv_groups": sum(z for z, _ in zero), "groups": sum(g for _, g in zero),
             **parts, "stepped": parts["update_rel"] > 0, "error_episodes": sum(o[3] for o in outs),
-            "mean_n": float(np.mean(plan["n"])), "mean_r": float(np.mean(plan["r"])), "hinted": hinted[0],
-            "text_hints": hinted[1],
+            "mean_n": float(np.mean(plan["n"])), "mean_r": float(np.mean(plan["r"])),
+            "hinted": sum(v["L"] is not None for v in hinted[0]),  # tasks with a hint to replay
+            "text_hints": sum(bool(h and h.text) for h in hinted[1]),  # tasks with a text hint
             **sched,  # the scheduler's stats() whole: a new statistic is logged without a line here
             "rollouts": sum(o[2] for o in outs),  # trained on (|B| R); the probes' extra rollouts:
             "probe_rollouts": plan["probe_rollouts"],

@@ -496,7 +496,7 @@ def test_the_update_on_a_fixed_batch_is_the_loss_written_out(tiny):
     rows, aux = fixed_batch(tok)
     learn, m = learner(tiny, [])
     out = learn.batch(rows, aux)
-    assert list(out) == ["pg", "kl", "entropy", "aux", "clipfrac", "ratio_dev", "update_rel", "grad_norm"]
+    assert list(out) == ["pg", "kl", "entropy", "aux", "clipfrac", "ratio_dev", "update_rel", "skipped", "grad_norm"]
     assert out["kl"] == 0.0 and out["entropy"] == 0.0 and out["update_rel"] > 0
     # written out on a fresh copy: 8 rows, 4 episodes (eid 0..3), rows 2, 6, 7 have advantage 0 and are skipped
     import copy
@@ -833,3 +833,30 @@ def make_terms_of(mode):
     from config import Config
     from grpo import make_terms
     return make_terms(Config(kl_coef=0.01, mode=mode), ref=None)
+
+
+def test_a_non_finite_mini_batch_is_skipped_alone_and_counted(tiny):
+    """--ppo_mini_batch 4 on the fixed batch's 8 rows: two optimizer steps. A term whose loss is NaN on the mini-batch
+    that holds the row of advantage 1.5 makes that one take no step; the other steps (update_rel > 0), the update
+    says skipped = 1, and grad_norm is the mean over the steps taken (finite), not NaN."""
+    from grpo import Term
+
+    class NanOnFirst(Term):
+        rows, stats = "step", ("nan_probe",)
+
+        def __init__(self, cfg):
+            pass
+
+        def __call__(self, mb):
+            bad = any(r["adv"] == 1.5 for r in mb.rows)
+            loss = -(mb.lp * mb.mask).sum() * (float("nan") if bad else 1e-3)
+            return loss, {"nan_probe": float(bad)}
+
+    model, tok = tiny
+    rows, aux = fixed_batch(tok)
+    learn, m = learner(tiny, ["--ppo_mini_batch", "4"], terms=[NanOnFirst(None)])
+    out = learn.batch(rows, aux)
+    assert out["skipped"] == 1 and out["update_rel"] > 0 and math.isfinite(out["grad_norm"])
+    learn, m = learner(tiny, ["--ppo_mini_batch", "4"], terms=[NanOnFirst(None)])
+    out = learn.batch([dict(r, adv=1.5) for r in rows], aux)  # every mini-batch non-finite
+    assert out["skipped"] == 2 and out["update_rel"] == 0 and math.isnan(out["grad_norm"]) and moved(m, tiny) == 0
