@@ -860,3 +860,30 @@ def test_a_non_finite_mini_batch_is_skipped_alone_and_counted(tiny):
     learn, m = learner(tiny, ["--ppo_mini_batch", "4"], terms=[NanOnFirst(None)])
     out = learn.batch([dict(r, adv=1.5) for r in rows], aux)  # every mini-batch non-finite
     assert out["skipped"] == 2 and out["update_rel"] == 0 and math.isnan(out["grad_norm"]) and moved(m, tiny) == 0
+
+
+def test_the_update_on_a_fixed_batch_is_the_same_as_before(tmp_path):
+    """tests/update_digest.py on this checkout against tests/data/update_digest.json, which the same script wrote
+    at a698814 (before the sampling-streams and speed work): under three configurations (cpu_pick2's update;
+    PPO mini-batches with the trainer's pi_old and an entropy term; token-mean without packing) every stat, and per
+    parameter the sum, norm and first values of the new weights and of the last gradient, equal to 1e-6
+    relative."""
+    import json
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    subprocess.run([sys.executable, os.path.join(root, "tests", "update_digest.py"), root, str(tmp_path / "d.json")],
+                   check=True, capture_output=True, timeout=600)
+    got, want = json.load(open(tmp_path / "d.json")), json.load(open(os.path.join(root, "tests", "data",
+                                                                                   "update_digest.json")))
+    assert got.keys() == want.keys()
+    for name in want:
+        assert got[name]["stats"] == pytest.approx(want[name]["stats"], rel=1e-6, abs=1e-12), name
+        for part in ("params", "grads"):
+            assert got[name][part].keys() == want[name][part].keys()
+            for k, (s, n, head) in want[name][part].items():
+                g = got[name][part][k]
+                assert g[1] == pytest.approx(n, rel=1e-6, abs=1e-12), (name, part, k)
+                assert g[0] == pytest.approx(s, rel=1e-6, abs=1e-9 * max(n, 1.0)), (name, part, k)
+                assert g[2] == pytest.approx(head, rel=1e-6, abs=1e-12), (name, part, k)
