@@ -78,7 +78,7 @@ class Config:
     engine: str = F("auto", "rollout engine: vllm | hf | auto (vllm when it imports)")
     vllm_mem: float = F(0.5, "vLLM gpu_memory_utilization (GPU only): the share of the card it may use")
     vllm_kv_gb: float = F(0.0, "vLLM KV cache in GiB (GPU): 0 = computed from the model for the sequences "
-                          "a rank plays at once (rollout.kv_cache_gb); > 0: that size; "
+                          "a rank plays at once (parallel.kv_cache_gb); > 0: that size; "
                           "< 0: vLLM's own, from vllm_mem")
     vllm_log: str = F("quiet", "quiet: hide vLLM start-up notices that need no action (CPU build: "
                       "tcmalloc, thread binding, Triton; plumbing/vllm_log.py) | all: every vLLM message")

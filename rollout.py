@@ -16,7 +16,6 @@ steps appear in the history exactly like the agent's own and count against max_s
 """
 import contextlib
 import functools
-import hashlib
 import itertools
 import json
 import logging
@@ -30,7 +29,8 @@ import torch
 
 from envs import env_class
 from grpo import FREE, build_trie, pad_options, response_logprobs, token_logprobs, trie_options
-from plumbing.parallel import kv_bytes_per_token
+from plumbing.parallel import kv_cache_gb
+from plumbing.streams import RowStreams, stream_seed
 from plumbing.vllm_log import quiet_vllm
 
 
@@ -157,12 +157,6 @@ def chat_ids_batch(tok, messages):
     return [list(x) for x in (ids["input_ids"] if isinstance(ids, dict) else ids)]
 
 
-def encode_prompt(tok, message, max_tokens):
-    """chat_ids of a message that keep their last max_tokens tokens. -> (ids, truncated?)"""
-    ids = chat_ids(tok, message)
-    return (ids[-max_tokens:], True) if len(ids) > max_tokens else (ids, False)
-
-
 def fit_prompt(tok, task, room, history, obs, admissible, step, cfg, hint=""):
     """The prompt of one decision within --max_prompt_tokens. An over-long one shows fewer past steps, the
     oldest dropped first; the task sentence (its first line, and a hint's line after it) and the current
@@ -270,12 +264,6 @@ def expert_ids(tok, action, think=None):
     return tok.encode(reply, add_special_tokens=False) + [tok.eos_token_id]
 
 
-def stream_seed(*key):
-    """The seed of one sampling stream (--sample_streams episode) from its key, e.g. ("train", seed, step,
-    batch position, rollout, turn): a hash, the same in every process and on every rank, in [0, 2^63)."""
-    return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "little") % 2**63
-
-
 def seed63(seed):
     """A derived sampling seed, reduced into [0, 2^63): vLLM V2 keeps request seeds in an int64 array and
     torch.manual_seed refuses values past 2^64, and seed * 100003 + i passes 2^63 once --seed is above
@@ -355,24 +343,6 @@ class HFEngine:
                 ids = seq[i, :n[i]].tolist()
                 out.append({"ids": ids, "logprobs": lp[i, :n[i]].tolist(), "finished": eos in ids})
         return out
-
-
-class RowStreams:
-    """HF generate's sampling with a stream per request (--sample_streams episode): at reply position j, row b
-    takes argmax(logits / T + G), G Gumbel noise drawn from stream_seed(seed_b, j) alone; that is a draw from
-    softmax(logits / T) restricted to what the trie mask left (the Gumbel-max trick), the same draw whatever
-    else is in the batch. P: the prompts' padded length. A transformers logits processor: (ids [b, P + j],
-    scores [b, V]) -> [b, V]."""
-
-    def __init__(self, seeds, P, temperature):
-        self.seeds, self.P, self.T = seeds, P, temperature
-
-    def __call__(self, input_ids, scores):
-        j = input_ids.shape[1] - self.P
-        g = torch.stack([torch.rand(scores.shape[-1], dtype=torch.float64,
-                                    generator=torch.Generator().manual_seed(stream_seed(s, j)))
-                         for s in self.seeds])  # [b, V] uniform
-        return scores / self.T - torch.log(-torch.log(g.clamp(min=1e-300))).to(scores)
 
 
 def sync_check(engine, model, row, pad_id, device, cfg, seed=0, ctx=contextlib.nullcontext):
@@ -533,17 +503,6 @@ def trie_mask_processor():
                 return out
             return mask
     return TrieMask
-
-
-def kv_cache_gb(model_path, seqs, max_model_len, dtype_bytes=2):
-    """--vllm_kv_gb 0: the KV cache a rank's rollouts need, from the model's shape:
-    parallel.kv_bytes_per_token (layers x KV heads x head dim x 2 x bytes; 28 KB a token at 1.5B, 57 KB at 7B)
-    x seqs x max_model_len, GiB."""
-    from transformers import AutoConfig
-    c = AutoConfig.from_pretrained(model_path)
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    per_token = kv_bytes_per_token(c.num_hidden_layers, c.num_key_value_heads, head_dim, dtype_bytes)
-    return per_token * seqs * max_model_len / 2**30
 
 
 def make_engine(cfg, model_path, tok, device, seed, seqs=1):

@@ -125,6 +125,17 @@ def kv_bytes_per_token(layers, kv_heads, head_dim, dtype_bytes=2):
     return layers * kv_heads * head_dim * 2 * dtype_bytes
 
 
+def kv_cache_gb(model_path, seqs, max_model_len, dtype_bytes=2):
+    """--vllm_kv_gb 0: the KV cache a rank's rollouts need, from the model's shape:
+    kv_bytes_per_token (layers x KV heads x head dim x 2 x bytes; 28 KB a token at 1.5B, 57 KB at 7B)
+    x seqs x max_model_len, GiB."""
+    from transformers import AutoConfig
+    c = AutoConfig.from_pretrained(model_path)
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    per_token = kv_bytes_per_token(c.num_hidden_layers, c.num_key_value_heads, head_dim, dtype_bytes)
+    return per_token * seqs * max_model_len / 2**30
+
+
 def memory_gb(size, world=8, fsdp=False, seqs=18, seq_len=4608, micro_batch=8, resp_len=512, entropy=True,
               graph_pool_gb=1.0, context_gb=1.0):
     """Per-rank GiB of the GPU presets, as the code allocates it. -> {row: GiB}; "peak" = the resident rows +
@@ -147,8 +158,8 @@ def memory_gb(size, world=8, fsdp=False, seqs=18, seq_len=4608, micro_batch=8, r
         # step 0); FSDP2: bf16 shards, which FSDP2's mixed precision gives the policy too
         "reference weights": (2 * P / shard) if fsdp else 4 * P,
         "vLLM weights, bf16": 2 * P,
-        "vLLM KV cache (rollout.kv_cache_gb)": seqs * seq_len * kv_bytes_per_token(m["layers"], m["kv_heads"],
-                                                                                   m["head_dim"]),
+        "vLLM KV cache (parallel.kv_cache_gb)":
+            seqs * seq_len * kv_bytes_per_token(m["layers"], m["kv_heads"], m["head_dim"]),
         "vLLM CUDA-graph pool (allowance)": graph_pool_gb * GB,
         "CUDA context + NCCL buffers (allowance)": context_gb * GB,
     }

@@ -256,7 +256,7 @@ def test_kv_cache_is_sized_from_the_model(tmp_path):
     from plumbing.parallel import kv_bytes_per_token
     from plumbing.tiny import tiny_path
     assert kv_bytes_per_token(28, 2, 128) == 28_672 and kv_bytes_per_token(28, 4, 128) == 57_344
-    assert rollout.kv_cache_gb(tiny_path(str(tmp_path)), 16, 2048) == pytest.approx(32 / 1024)
+    assert parallel.kv_cache_gb(tiny_path(str(tmp_path)), 16, 2048) == pytest.approx(32 / 1024)
 
 
 def test_fsdp2_reference_is_resharded_after_its_forward(tmp_path):
@@ -358,7 +358,7 @@ def test_memory_rows_are_the_formula_by_hand():
     assert m["backward, loss head: response logits, 24 B per token x vocab"] == pytest.approx(14_935_916_544 / GB)
     assert memory_gb("1.5B", entropy=False)["backward, loss head: response logits, 16 B per token x vocab"] == \
         pytest.approx(8 * 512 * 151_936 * 16 / GB)
-    assert m["vLLM KV cache (rollout.kv_cache_gb)"] == pytest.approx(2_378_170_368 / GB)
+    assert m["vLLM KV cache (parallel.kv_cache_gb)"] == pytest.approx(2_378_170_368 / GB)
     assert m["backward, layers: one layer recomputed, with its gradients"] == pytest.approx(7_096_762_368 / GB)
     resident = sum(v for k, v in m.items() if not k.startswith(("backward", "optimizer", "peak")))
     assert m["peak (resident + the largest phase)"] == pytest.approx(resident + (6_341_787_648 + 14_935_916_544) / GB)

@@ -9,7 +9,8 @@ import torch
 from config import Config
 from envs import EnvPool
 from plumbing.tasks import load_tasks
-from rollout import HFEngine, encode_prompt, expert_reply, make_reply, parse_action, rollout, user_message
+from rollout import HFEngine, expert_reply, make_reply, parse_action, rollout, user_message
+from tools.bench import encode_prompt
 
 
 @pytest.fixture(scope="module")
@@ -666,7 +667,7 @@ def test_row_streams_draw_from_the_softmax_by_hand():
     softmax(logits / T). Logits (0, ln 2, ln 3, -inf) at T = 1 give probabilities 1/6, 2/6, 3/6, 0; 6,000 rows,
     one stream each, hit them within 0.03 (4 standard errors). At T = 0.5 the logits double: 1/14, 4/14, 9/14.
     The same seed and position give the same draw, whatever the other rows."""
-    from rollout import RowStreams
+    from plumbing.streams import RowStreams
     z = torch.tensor([0.0, math.log(2), math.log(3), float("-inf")]).repeat(6000, 1)  # [6000, 4]
     ids = torch.zeros(6000, 7, dtype=torch.long)  # prompts of 5 tokens, reply position j = 2
     for T, want in ((1.0, [1 / 6, 2 / 6, 3 / 6, 0]), (0.5, [1 / 14, 4 / 14, 9 / 14, 0])):

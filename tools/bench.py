@@ -39,6 +39,14 @@ S_CURVE, ETA_SELF, ETA_SHARED, N_TASKS, T_SIM = 0.13, 0.04, 0.004, 64, 200
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 
 
+
+def encode_prompt(tok, message, max_tokens):
+    """rollout.chat_ids of a message that keep their last max_tokens tokens (the benchmarks' prompts).
+    -> (ids, truncated?)"""
+    from rollout import chat_ids
+    ids = chat_ids(tok, message)
+    return (ids[-max_tokens:], True) if len(ids) > max_tokens else (ids, False)
+
 def alfworld_population(rng):
     """Three length groups like ALFWorld's; d*_i by group (0.35 / 0.55 / 0.75) + N(0, 0.08): longer tasks need
     deeper hints. -> (L [N], d* [N])."""
@@ -325,7 +333,7 @@ def bench_rollout(args):
     from config import cache_dir, get_config
     from envs import EnvPool, room_text
     from plumbing.tasks import load_tasks
-    from rollout import ExpertSource, HFEngine, encode_prompt, group, make_reply, rollout, user_message
+    from rollout import ExpertSource, HFEngine, group, make_reply, rollout, user_message
     from plumbing.tiny import tiny_path
     cfg = get_config(["--preset", "cpu"])
     path = tiny_path(cache_dir())
@@ -457,7 +465,6 @@ def bench_gpu(args):
     from config import cache_dir
     from plumbing.tasks import load_tasks
     from plumbing.parallel import autocast
-    from rollout import encode_prompt
     from grpo import response_logprobs
     from plumbing.tiny import tiny_path
     cuda = not args.cpu
