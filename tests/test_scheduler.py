@@ -656,3 +656,7 @@ def test_hint_free_share_plays_a_seeded_share_from_the_start_and_leaves_the_rule
     rule.update(ids[:4], p, [[int(x)] * 2 for x in p])
     assert rule.mu_global == pytest.approx(0.7) and rule.A[0] == pytest.approx(0.2) and rule.V[0] == 0.0
     assert rule.update([ids[i] for i in free], [0.0, 0.0], [[0, 0], [0, 0]]) is None  # only hint-free: no move
+    import json
+    saved = json.loads(json.dumps(rule.state_dict()))  # what every step's rank check and checkpoint write
+    again.load_state_dict(saved)
+    assert again.mu_global == pytest.approx(0.7) and again.depths(tasks, 8)["n"] == rule.depths(tasks, 8)["n"]

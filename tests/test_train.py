@@ -392,3 +392,13 @@ def test_an_evaluation_before_a_step_leaves_its_episodes_alone(tmp_path):
               "--ckpt_every", "0")
         got[every] = [{k: v for k, v in r.items() if not k.startswith("t_")} for r in records(tmp_path / every)]
     assert len(got["0"]) == 2 and got["0"] == got["1"]
+
+
+def test_the_hint_free_share_rule_trains_and_checkpoints(tmp_path):
+    """--scheduler g2_hint_free (variants/hint_free.py) through train.py: every step's run state goes to JSON (the
+    rank check) and into checkpoints; half of each batch's 4 tasks plays from the start."""
+    train(tmp_path, "--steps", "2", "--scheduler", "g2_hint_free", "--ckpt_every", "1", "--engine", "hf",
+          "--eval_games", "-1")
+    recs = records(tmp_path)
+    assert [r["step"] for r in recs] == [0, 1] and os.path.isdir(tmp_path / "ckpt_000002")
+    assert all(r["hinted"] == 4 and r["mean_r"] <= 0.5 for r in recs)  # 2 of 4 at ratio 0, 2 at most 1

@@ -17,10 +17,13 @@ class G2HintFree(G2):
     name = "g2_hint_free"
     help = "Agent-G² with a share of each batch played hint-free (n = 0)"
     flags = ("hint_free_share",)  # the paper's rule beneath (scheduler.G2), not the released code's flags
+    probes = False  # plays no probe groups (variants/players.py)
+
+    FIXED = G2.FIXED + ("seed", "free")  # not saved: the run's seed, and the step's own pick
 
     def __init__(self, cfg, task_ids, lengths, seed=0, tok=None):
         super().__init__(cfg, task_ids, lengths, seed, tok)
-        self.seed, self.free = seed, set()  # free: the ids played hint-free this step
+        self.seed, self.free = seed, set()  # free: the ids played hint-free this step (read by its update)
 
     def depths(self, tasks, step, probe=None):
         plan = super().depths(tasks, step, probe)
