@@ -348,13 +348,15 @@ MIX6 = ["--preset", "cpu_mix6", "--steps", "3", "--batch_tasks", "4", "--eval_ga
 
 
 @pytest.mark.parametrize("name,argv", [("paper_tiny", PAPER_TINY), ("mix6_grpo", MIX6 + ["--scheduler", "none"]),
-                                       ("mix6_no_aux", MIX6 + ["--eta", "0"])])
+                                       ("mix6_no_aux", MIX6 + ["--eta", "0"]), ("mix6_g2", MIX6)])
 def test_runs_the_aux_fix_leaves_alone_keep_their_records(tmp_path, name, argv):
     """The runs whose code path the trie-restricted L_aux leaves alone give, for 3 steps, the records that
     tests/data/<name>_3steps.jsonl holds, written before the fix (at a698814) by `python train.py <argv> --out_dir
     D` (log.jsonl less its t_* fields): --preset paper --model tiny (unconstrained: L_aux over the whole
     vocabulary, as before), and the mix6 grid's GRPO (no prefix, no aux row) and eta = 0 (aux rows, no aux
-    term). Every field but the timings equal; floats to 1e-6 relative."""
+    term). mix6_g2 was written after the fix, at 8d795fa (the commit of the mix6 grid's reruns): the later
+    commits that docs/results.md §9's other runs execute train Agent-G² as it did. Every field but the timings
+    equal; floats to 1e-6 relative."""
     p = subprocess.run([sys.executable, "train.py", *argv, "--out_dir", str(tmp_path)], cwd=ROOT,
                        capture_output=True, text=True, timeout=900, env={**os.environ, "TQDM_DISABLE": "1"})
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
