@@ -143,6 +143,7 @@ def test_cpu_smoke_grid_gives_every_entry_its_step(tmp_path):
 
 
 @pytest.mark.parametrize("doc, regime", [("README.md", "mix6_cc749d5"), ("docs/results.md", "mix6_cc749d5"),
+                                         ("docs/results.md", "mix6"),
                                          ("docs/results.md", "toy"), ("docs/results.md", "pick2")])
 def test_results_tables_are_rebuilt_from_results(doc, regime):
     """Each results table of the README and docs/results.md is exactly what the command in its opening marker
