@@ -133,17 +133,16 @@ def load(resume, out_dir, tie_word_embeddings, weights=True):
     not. weights=False (FSDP ranks > 0, which receive rank 0's copy by broadcast): weights {} and
     trainer["opt"] {}. trainer.pt is memory-mapped, so a rank reads only what it touches (its RNG state, not
     the optimizer's)."""
-    path = latest(out_dir) if resume == "auto" else resume
-    if path is None or not os.path.exists(os.path.join(path, "COMPLETE")):
+    tries = complete(out_dir) if resume == "auto" else [resume]  # oldest first
+    if not tries or not os.path.exists(os.path.join(tries[-1], "COMPLETE")):
         sys.exit(f"error: --resume {resume}: no complete checkpoint found")
-    for p in reversed(complete(out_dir) if resume == "auto" else [path]):
-        if (why := unreadable(p)) is None:
+    for path in reversed(tries):
+        if (why := unreadable(path)) is None:
             break
         if resume == "auto":
             print(f"warning: --resume auto: {why}; trying the checkpoint before it", file=sys.stderr)
     else:
         sys.exit(f"error: --resume {resume}: {why}; no readable checkpoint to resume from")
-    path = p
     from safetensors.torch import load_file
     sd = load_file(os.path.join(path, "model.safetensors")) if weights else {}
     if weights and "lm_head.weight" not in sd and tie_word_embeddings:  # save_pretrained drops the tied copy

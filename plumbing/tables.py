@@ -138,15 +138,12 @@ def brief_table(rows, pct):
     grpo = grpo_cost(rows)
     out = ["| method | seeds | greedy | sampled (T = 0.4) | greedy, short types | greedy, long types | "
            "s/step × GRPO | rollouts × GRPO |", "|---|---|---|---|---|---|---|---|"]
-    base = base_rows(rows)
-    if base:
-        out.append(f"| {LABEL['base']} | {len(base)} | {cell(base, 'all', False)} | "
-                   f"{cell(base, 'all', True)} | {greedy(base, 'short')} | {greedy(base, 'long')} | | |")
-    for name, rs in rows.items():
+    base = base_rows(rows)  # the base's row has no training cost
+    for name, rs in (({"base": base} if base else {}) | rows).items():
+        cost = " | |" if name == "base" else "".join(
+            f" {np.mean([s[k] for s in rs]) / grpo[k]:.2f} |" for k in ("s_per_step", "rollouts_per_step"))
         out.append(f"| {LABEL.get(name, name)} | {len(rs)} | {cell(rs, 'all', False)} | "
-                   f"{cell(rs, 'all', True)} | {greedy(rs, 'short')} | {greedy(rs, 'long')} | "
-                   f"{np.mean([s['s_per_step'] for s in rs]) / grpo['s_per_step']:.2f} | "
-                   f"{np.mean([s['rollouts_per_step'] for s in rs]) / grpo['rollouts_per_step']:.2f} |")
+                   f"{cell(rs, 'all', True)} | {greedy(rs, 'short')} | {greedy(rs, 'long')} |" + cost)
     return out
 
 

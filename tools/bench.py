@@ -39,13 +39,13 @@ S_CURVE, ETA_SELF, ETA_SHARED, N_TASKS, T_SIM = 0.13, 0.04, 0.004, 64, 200
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 
 
-
 def encode_prompt(tok, message, max_tokens):
     """rollout.chat_ids of a message that keep their last max_tokens tokens (the benchmarks' prompts).
     -> (ids, truncated?)"""
     from rollout import chat_ids
     ids = chat_ids(tok, message)
     return (ids[-max_tokens:], True) if len(ids) > max_tokens else (ids, False)
+
 
 def alfworld_population(rng):
     """Three length groups like ALFWorld's; d*_i by group (0.35 / 0.55 / 0.75) + N(0, 0.08): longer tasks need

@@ -17,6 +17,7 @@ from itertools import combinations
 import numpy as np
 
 from scheduler import G2, make_clusters, prefix_len
+from variants.hint_free import G2HintFree  # a rule in a file of its own
 
 
 # ============================================================================================================
@@ -398,13 +399,8 @@ def hybrid_probe(s, tasks, n, probe, step=0):
     return n, spent
 
 
-def _more():  # rules in files of their own
-    from variants.hint_free import G2HintFree
-    return (G2HintFree,)
-
-
 REGISTRY = {"g2": Configured, **{cls.name: cls for cls in (NoHint, Fixed, Linear, Cosine, Step, TargetAcc,
-                                                           Binary, Enum, G2UCB, G2Mix, *_more())}}
+                                                           Binary, Enum, G2UCB, G2Mix, G2HintFree)}}
 
 
 def is_g2(name):
