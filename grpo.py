@@ -5,12 +5,11 @@ nanoGPT's model.py does; tests/test_grpo.py checks each piece on toy inputs and 
 
     adv, n_zero = group_advantages(rewards, gid, keep)            # [E] per episode
     n_zero, n_groups = row_advantages(rows, episodes, "traj")     # the same on train.py's step rows
-    parts = mini_batches(rows, n_mb)                              # rank-independent PPO mini-batches
+    mbs = mini_batches(rows, n_mb)                                # rank-independent PPO mini-batches
     opts = trie_options(response_ids, allowed)                    # allowed next tokens per response position
     lp = token_logprobs(logits, targets, options, temperature)    # [b, T] log pi(a_t | s, a_<t)
     w = agg_weights("episode", row_tokens, episode_tokens, n_tokens, n_rows, n_episodes)   # [b]
     loss, stats = policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp, kl_coef)
-    lr = lr_at(step, lr, steps, warmup_frac, "cosine")            # the optimizer's schedule
     terms = make_terms(cfg, ref)        # the loss terms, at setup: PolicyTerm, AuxTerm, variants/losses.py
     learn = Update(cfg, model, policy, ref, opt, tok, device, world, ddp, fsdp, prec, old_from_trainer, terms)
     out = learn.batch(rows, aux)        # -> {"pg", "kl", "entropy", "aux", "clipfrac", "ratio_dev",
@@ -20,7 +19,8 @@ A loss term (class Term) maps one micro-batch to (its loss, {stat: float}); the 
 losses, one backward per micro-batch, and their stats over micro-batches, mini-batches and ranks.
 
 Rows are dicts: prompt_ids, response_ids (lists of ints), logprobs (the engine's, one per response token), adv
-(the row's advantage), eid (its episode), gid (its group); aux rows also n (their prefix's length). Under
+(the row's advantage), eid (its episode), gid (its group); aux rows instead gid, t (their prefix step), n
+(their prefix's length), success (their group's success rate; None: every episode hit an error). Under
 DDP/FSDP every rank runs the same number of forward/backward passes (padded with zero-loss passes on a
 one-token DUMMY row): FSDP all-gathers in each pass and DDP reduces in the last, so a rank with fewer rows
 must still join them.
@@ -299,13 +299,6 @@ def policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp=None, kl_coef=0.0, ti
     return loss, stats
 
 
-def tis_weights(old_lp, engine_lp, cap):
-    """Truncated importance sampling weights min(pi_old / pi_engine, cap) per token ([b, T] each), as verl's
-    tis_imp_ratio_cap (verl/trainer/ppo/core_algos.py): old_lp from the trainer, engine_lp as the engine
-    sampled."""
-    return torch.exp(old_lp - engine_lp).clamp(max=cap)
-
-
 def logprob_mismatch(old_lp, engine_lp, mask):
     """Engine vs trainer on the sampled tokens ([b, T] each): mean and max |delta log p| and the k3 estimate
     of
@@ -452,9 +445,9 @@ class MicroBatch:
     def engine_lp(self):  # the engine's log-probs of the sampled tokens
         return self.learn.padded(self.rows, "logprobs", self.lp)
 
-    def old_lp(self):  # pi_old: before this batch's first step
-        learn = self.learn
-        return learn.padded(self.rows, "old_lp", self.lp) if learn.old_from_trainer else self.engine_lp()
+    def old_lp(self):  # pi_old: before this batch's first step (the engine's unless the trainer scored it)
+        return self.learn.padded(self.rows, "old_lp", self.lp) if self.learn.old_from_trainer else \
+            self.engine_lp()
 
     def ref_lp(self):  # the reference's (no gradient), or None without one
         if self.ref_scored is None and self.learn.ref is not None:
@@ -462,7 +455,7 @@ class MicroBatch:
                 self.ref_scored = self.learn.token_logprobs(self.learn.ref, self.rows)[0]
         return self.ref_scored
 
-    def adv(self):
+    def adv(self):  # [b]
         return torch.tensor([r["adv"] for r in self.rows], device=self.device)
 
     def weights(self, agg):
@@ -534,60 +527,78 @@ class Update:
         self.zero_adv = any(t.zero_adv for t in self.by_rows["step"])
 
     def batch(self, rows, aux):
-        """The batch's optimizer steps: ceil(global rows / --ppo_mini_batch) mini-batches (0: one), each
-        task's step rows and aux rows spread over them in order (mini_batches: the same cut on 1 GPU or 8),
-        each mini-batch's loss normalised by its own global counts (verl's dp_actor: several optimizer steps a
-        batch). pi_old is scored once, before the first step. -> LOGGED (each term's finish: pg, kl, entropy,
-        aux: each mini-batch's mean, averaged; clipfrac; ratio_dev), every other term stat (also named in
-        "term_stats", for the step line), update_rel (summed relative update size), skipped (mini-batches of
-        non-finite loss: no step), grad_norm (mean over the steps taken; nan: none), engine-vs-trainer gap."""
+        """The batch's optimizer steps in three phases: pi_old before the first step (score_old), one step a
+        mini-batch (optimizer_step), the logged values (summarise). ceil(global rows / --ppo_mini_batch)
+        mini-batches (0: one), each task's rows spread over them in order (mini_batches: the same cut on 1 GPU
+        or 8), each normalised by its own global counts (verl's dp_actor). -> summarise's dict."""
         n_rows = all_sum(len(rows), self.ddp)
         n_mb = max(1, -(-n_rows // self.cfg.ppo_mini_batch)) if self.cfg.ppo_mini_batch else 1
-        parts = list(zip(mini_batches(rows, n_mb), mini_batches(aux, n_mb)))
-        # rows with zero advantage that no term needs: no forward pass (they still count in the means)
-        keep = (lambda mb: mb) if self.zero_adv else (lambda mb: [r for r in mb if r["adv"] != 0.0])
-        sum_keys = [k for t in self.terms for k in t.stats]
-        sums = {**dict.fromkeys(sum_keys, 0.0), "tokens": float(sum(len(r["response_ids"]) for r in rows)),
-                "lp_diff": 0.0, "lp_k3": 0.0, "lp_tokens": 0.0}  # engine vs trainer on the sampled tokens
-        maxima = {**{k: 0.0 for t in self.terms for k in t.maxima}, "lp_diff": 0.0}
-        for mb, _ in parts if self.old_from_trainer and any(t.old for t in self.terms) else []:
-            gap = self.old_logprobs(keep(mb))
+        pairs = list(zip(mini_batches(rows, n_mb), mini_batches(aux, n_mb)))  # (step rows, aux rows) each
+        # the terms' stats: summed (maxima: maxed) over mini-batches, then over ranks
+        sums = {**{k: 0.0 for t in self.terms for k in t.stats},
+                "tokens": float(sum(len(r["response_ids"]) for r in rows))}
+        maxima = {k: 0.0 for t in self.terms for k in t.maxima}
+        gap = self.score_old([mb for mb, _ in pairs])
+        steps = [self.optimizer_step(mb, aux_mb, sums, maxima) for mb, aux_mb in pairs]
+        return self.summarise(n_mb, sums, maxima, gap, steps)
+
+    def forward_rows(self, rows):  # zero-advantage rows that no term needs get no forward (they still count)
+        return rows if self.zero_adv else [r for r in rows if r["adv"] != 0.0]
+
+    def score_old(self, mbs):
+        """pi_old of each mini-batch's rows (old_logprobs), all before the first step, when a term reads it
+        and the trainer scores it. -> the engine-vs-trainer gap over mini-batches: {"lp_diff", "lp_k3",
+        "lp_tokens": sums, "lp_diff_max"}."""
+        gap = {"lp_diff": 0.0, "lp_k3": 0.0, "lp_tokens": 0.0, "lp_diff_max": 0.0}
+        for mb in mbs if self.old_from_trainer and any(t.old for t in self.terms) else []:
+            got = self.old_logprobs(self.forward_rows(mb))
             for k in ("lp_diff", "lp_k3", "lp_tokens"):
-                sums[k] += gap[k]
-            maxima["lp_diff"] = max(maxima["lp_diff"], gap["lp_diff_max"])
-        update_rel, grad_norms = 0.0, []
-        for mb, aux_mb in parts:
-            ep_tok = {}  # response tokens per episode within the mini-batch (the "episode" aggregation)
-            for r in mb:
-                ep_tok[r["eid"]] = ep_tok.get(r["eid"], 0) + len(r["response_ids"])
-            counts = reduce_dict({"tokens": sum(ep_tok.values()), "rows": len(mb), "episodes": len(ep_tok),
-                                  "aux_tokens": sum(len(r["response_ids"]) for r in aux_mb),
-                                  "aux_weight": sum(1.0 / r["n"] for r in aux_mb)}, self.ddp)
-            self.opt.zero_grad(set_to_none=self.fsdp or not self.ddp)  # DDP: grads stay views of its buckets
-            stats = self.loss_terms(keep(mb), aux_mb, counts, ep_tok)
-            finite = all_max(int(stats["finite"] < 1), self.ddp) == 0
-            for k in maxima.keys() - {"lp_diff"}:
-                maxima[k] = max(maxima[k], stats[k])
-            for k in sum_keys:
-                sums[k] += stats[k]
-            # the gradient norm is the same on every rank (DDP: reduced grads; FSDP: a global norm), so is
-            # this step
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.grad_clip).item() \
-                if finite else math.nan
-            grad_norms.append(grad_norm)
-            if not math.isfinite(grad_norm):
-                self.opt.zero_grad(set_to_none=True)
-            elif grad_norm > 0:  # no signal, no step: Adam would turn a zero gradient into a full-size move
-                self.opt.step()
-                update_rel += self.update_size()
-        sums, maxima = reduce_dict(sums, self.ddp), reduce_dict(maxima, self.ddp, "max")
+                gap[k] += got[k]
+            gap["lp_diff_max"] = max(gap["lp_diff_max"], got["lp_diff_max"])
+        return gap
+
+    def optimizer_step(self, mb, aux_mb, sums, maxima):
+        """One mini-batch: its global counts, its micro-batches' backward (loss_terms), the clipped step; adds
+        the terms' stats to sums and maxima. The gradient norm is the same on every rank (DDP: reduced
+        gradients; FSDP: a global norm), so is the decision to step. -> (grad norm, nan when a rank's loss
+        was non-finite: no step; the relative update size, 0 without a step)."""
+        ep_tok = {}  # response tokens per episode within the mini-batch (the "episode" aggregation)
+        for r in mb:
+            ep_tok[r["eid"]] = ep_tok.get(r["eid"], 0) + len(r["response_ids"])
+        counts = reduce_dict({"tokens": sum(ep_tok.values()), "rows": len(mb), "episodes": len(ep_tok),
+                              "aux_tokens": sum(len(r["response_ids"]) for r in aux_mb),
+                              "aux_weight": sum(1.0 / r["n"] for r in aux_mb)}, self.ddp)
+        self.opt.zero_grad(set_to_none=self.fsdp or not self.ddp)  # DDP: grads stay views of its buckets
+        stats = self.loss_terms(self.forward_rows(mb), aux_mb, counts, ep_tok)
+        finite = all_max(int(stats["finite"] < 1), self.ddp) == 0
+        for k in maxima:
+            maxima[k] = max(maxima[k], stats[k])
+        for k in [k for t in self.terms for k in t.stats]:
+            sums[k] += stats[k]
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.grad_clip).item() \
+            if finite else math.nan
+        if not math.isfinite(grad_norm):
+            self.opt.zero_grad(set_to_none=True)
+            return grad_norm, 0.0
+        if grad_norm == 0:  # no signal, no step: Adam would turn a zero gradient into a full-size move
+            return grad_norm, 0.0
+        self.opt.step()
+        return grad_norm, self.update_size()
+
+    def summarise(self, n_mb, sums, maxima, gap, steps):
+        """Over ranks: LOGGED (each term's finish: pg, kl, entropy, aux: each mini-batch's mean, averaged;
+        clipfrac; ratio_dev), other term stats (named in "term_stats"), update_rel (summed relative update
+        size), skipped (non-finite mini-batches), grad_norm (mean over the steps taken; nan: none), and when
+        the trainer scored pi_old the engine-vs-trainer gap (lp_diff_mean, lp_diff_max, lp_kl)."""
+        sums = reduce_dict({**sums, **{k: gap[k] for k in ("lp_diff", "lp_k3", "lp_tokens")}}, self.ddp)
+        maxima = reduce_dict({**maxima, "lp_diff": gap["lp_diff_max"]}, self.ddp, "max")
         out = dict.fromkeys(LOGGED, 0.0)
         for t in self.terms:
             out.update(t.finish(sums, maxima, n_mb, sums["tokens"]))
         more = [k for k in out if k not in LOGGED]
-        finite = [g for g in grad_norms if math.isfinite(g)]  # a mini-batch with a non-finite loss: no step
-        out.update(update_rel=update_rel, skipped=len(grad_norms) - len(finite),
-                   grad_norm=sum(finite) / len(finite) if finite else math.nan)
+        norms = [g for g, _ in steps if math.isfinite(g)]
+        out.update(update_rel=sum(u for _, u in steps), skipped=len(steps) - len(norms),
+                   grad_norm=sum(norms) / len(norms) if norms else math.nan)
         if self.old_from_trainer:  # how far the engine that sampled is from the trainer that scores
             n = max(sums["lp_tokens"], 1)
             out.update(lp_diff_mean=sums["lp_diff"] / n, lp_diff_max=maxima["lp_diff"],
@@ -610,12 +621,12 @@ class Update:
         """Up to --micro_batch rows each: whole packs of rows that share prefixes (plumbing/packing.py), or
         rows sorted by length (less padding) where none do or --pack_tokens is 0."""
         mb = self.cfg.micro_batch
-        packed = packed_micro_batches(rows, self.cfg.pack_tokens, mb) if self.cfg.pack_tokens else None
+        if self.cfg.pack_tokens and (packed := packed_micro_batches(rows, self.cfg.pack_tokens, mb)):
+            return packed
         rows = sorted(rows, key=lambda r: len(r["prompt_ids"]) + len(r["response_ids"]))
-        return packed or [rows[i:i + mb] for i in range(0, len(rows), mb)]
+        return [rows[i:i + mb] for i in range(0, len(rows), mb)]
 
-    # per-row lists of per-token values -> [b, T] like the trainer's log-probs
-    def padded(self, mb, key, like):
+    def padded(self, mb, key, like):  # per-row lists of per-token values -> [b, T], as the log-probs `like`
         out = torch.zeros_like(like)
         for b, r in enumerate(mb):
             out[b, :len(r[key])] = torch.as_tensor(r[key], dtype=out.dtype, device=self.device)
@@ -623,11 +634,10 @@ class Update:
 
     @torch.no_grad()
     def old_logprobs(self, rows):
-        """pi_old by the trainer, with the weights before this batch's first optimizer step (verl's
-        convention: the trainer recomputes old_log_prob, verl/trainer/ppo/ray_trainer.py). Scored in the same
-        micro-batches as the loss and by the same formula (with or without an entropy term), so with one
-        update per batch the ratio is exactly 1. Sets row["old_lp"]; returns the engine vs trainer gap on
-        this rank: {"lp_diff": sum |d|, "lp_diff_max": max |d|, "lp_k3": sum k3, "lp_tokens"}."""
+        """pi_old by the trainer before this batch's first step (verl: the trainer recomputes old_log_prob,
+        verl/trainer/ppo/ray_trainer.py), in the loss's micro-batches and by its formula, so with one update a
+        batch the ratio is exactly 1. Sets row["old_lp"]. -> this rank's engine-vs-trainer gap:
+        {"lp_diff": sum |d|, "lp_diff_max": max |d|, "lp_k3": sum k3, "lp_tokens"}."""
         mbs = self.micro_batches(rows)
         pad = (all_max(len(mbs), self.ddp) - len(mbs)) if self.fsdp else 0  # FSDP: matched all-gathers
         gap = {"lp_diff": 0.0, "lp_diff_max": 0.0, "lp_k3": 0.0, "lp_tokens": 0.0}

@@ -197,11 +197,12 @@ def parse_action(text, finished=True):
 
 
 class Reply:
-    """The paper's reply rule, chosen once at setup (make_reply) and passed to rollout(), whose loop reads no
-    flag of its own. A reply rule has read(text, finished) -> (the action to play or None, the reply counts as
-    valid); reward(won, n_invalid) -> the episode's reward; row_rewards(won, invalid: a bool per step row) ->
-    one reward per row; adv_level: "traj" (advantages from episode rewards, grpo.row_advantages) | "step".
-    Here: parse_action; the 0/1 outcome on every row. The authors' rule: variants/replies.py."""
+    """The plain reply rule (the CPU presets'), chosen once at setup (make_reply) and passed to rollout(),
+    whose loop reads no flag of its own. A reply rule has read(text, finished) -> (the action to play or None,
+    the reply counts as valid); reward(won, n_invalid) -> the episode's reward; row_rewards(won, invalid: a
+    bool per step row) -> one reward per row; adv_level: "traj" (advantages from episode rewards,
+    grpo.row_advantages) | "step". Here: parse_action; the 0/1 outcome on every row. --preset paper reads
+    replies as the authors' code does: variants/replies.py."""
     adv_level = "traj"
 
     def read(self, text, finished):
@@ -215,13 +216,13 @@ class Reply:
         return [float(won)] * len(invalid)
 
 
-PAPER_REPLY = {"parse_lower": False, "parse_think": False, "reward_scale": 1.0, "invalid_penalty": 0.0,
-               "adv_level": "traj"}  # a run with these needs no variant
+PLAIN_REPLY = {"parse_lower": False, "parse_think": False, "reward_scale": 1.0, "invalid_penalty": 0.0,
+               "adv_level": "traj"}  # a run with these reads replies with Reply
 
 
 def make_reply(cfg):
-    """Reply with every PAPER_REPLY flag at its paper value, else variants/replies.py's (config.variant)."""
-    if all(getattr(cfg, k) == v for k, v in PAPER_REPLY.items()):
+    """Reply with every PLAIN_REPLY flag at its value here, else variants/replies.py's (config.variant)."""
+    if all(getattr(cfg, k) == v for k, v in PLAIN_REPLY.items()):
         return Reply()
     from config import variant
     return variant("replies", "authors")(cfg)
@@ -632,6 +633,9 @@ def rollout(engine, pool, tok, groups, cfg, seed=0, reply=None):
         for r, rr in zip(e["rows"], reply.row_rewards(e["won"], [not x["valid"] for x in e["rows"]])):
             r["reward"] = rr  # traj: the episode's reward; step (released): won minus this step's own penalty
             rows.append(r)
+    for a in aux:  # its group's success rate (None: every episode lost to an error), for a term that reads it
+        won = [e["won"] for e in episodes if e["gid"] == a["gid"] and not e["error"]]
+        a["success"] = sum(won) / len(won) if won else None
     st["t_total"] = time.time() - t_start
     st["t_overhead"] = st["t_total"] - st["t_gen"] - st["t_env"]
     return {"rows": rows, "aux": aux, "episodes": episodes, "stats": st}

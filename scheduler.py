@@ -2,7 +2,7 @@
 
     sched = make_rule(cfg, task_ids, lengths, seed)  # lengths: expert length L per task (None: no hint yet)
     plan = sched.depths(tasks, step)        # tasks: [{"id", "L", "actions"}] -> plan["n"], plan["r"]
-    sched.update(task_ids, p_hat, flags)    # p_hat[i]: task i's group's mean success (None: none kept)
+    sched.update(task_ids, p_hat, flags)    # the batch's hinted tasks, in batch order; their p_hat, 0/1 flags
 
 The paper's ablations are one-line branches (--sampling, --lam 0, --sigma_mode fixed, --K); the released
 code's rules, the baselines and the rules beyond the paper subclass G2 (variants/rules.py)."""
@@ -28,8 +28,8 @@ def make_clusters(values, K):
 
 
 class G2:
-    """Agent-G²: tasks clustered by expert length; per cluster k the success EMA A_k and its variance EMA
-    V_k; a centre mu_global steered toward p_target. Each task draws its ratio r ~ N(mu_k, sigma_k^2)."""
+    """Agent-G²: tasks clustered by expert length, per cluster k EMAs of success A_k and its variance V_k, a
+    centre mu_global steered toward p_target. Each task draws its ratio r ~ N(mu_k, sigma_k^2)."""
     name, g2, FIXED = "g2", True, ("cfg", "K", "ids", "tok")  # FIXED: set by __init__, never saved
 
     def __init__(self, cfg, task_ids, lengths, seed=0, tok=None):  # tok: for the rules that count tokens
@@ -44,8 +44,8 @@ class G2:
         self.A, self.V = np.zeros(self.K), np.zeros(self.K)  # per cluster: EMAs of success and its variance
         self.probe_rollouts = self.step = 0  # rollouts spent on probes (probe rules), the last step drawn
 
-    def clusters(self, lengths):  # -> (cluster ids, thresholds)
-        return make_clusters(lengths, self.K)
+    def clusters(self, lengths):
+        return make_clusters(lengths, self.K)  # -> (cluster ids, thresholds)
 
     def mu_sigma(self, k, step=0):
         """Step 2: mu_k = clip(mu_global + lam (p_target - A_k), 0, 1), sigma_k = max(gamma V_k, sigma_min)"""
@@ -75,10 +75,10 @@ class G2:
         return {"n": n, "r": [ni / t["L"] if t["L"] else 0.0 for ni, t in zip(n, tasks)], "probe_rollouts": 0}
 
     def update(self, task_ids, p_hat, flags=None):
-        """Step 5: mu_global += sign(p_target - acc_B) Delta, acc_B over the trajectories (flags[i]: task i's
-        kept 0/1 outcomes); per cluster in the batch A_k <- (1 - alpha) A_k + alpha mean(p_i), V_k likewise
-        with var(p_i). p_hat[i] None (every episode errored) moves nothing [ZJU-REAL/Agent-G2
-        gmsv/alfworld.py, _update_scoreboard, update_after_train_batch]."""
+        """Step 5. task_ids: the batch's hinted tasks in batch order, never empty (kept_tasks raises on []);
+        p_hat[i], flags[i]: its success rate and kept 0/1 outcomes (None, []: errors only: no move). mu_global
+        += sign(p_target - acc_B) Delta; per cluster in the batch A_k <- (1 - alpha) A_k + alpha mean(p_i),
+        V_k with var(p_i) [ZJU-REAL/Agent-G2 gmsv/alfworld.py _update_scoreboard, update_after_train_batch]"""
         if not (kept := kept_tasks(task_ids, p_hat, flags)):
             return None  # nothing kept: nothing moves
         c, ids, p = self.cfg, [task_ids[i] for i in kept], np.array([float(p_hat[i]) for i in kept])
@@ -90,7 +90,7 @@ class G2:
             x = self.cluster_values(p, f, ks == k)
             self.A[k] = (1 - c.alpha) * self.A[k] + c.alpha * x.mean()
             self.V[k] = (1 - c.alpha) * self.V[k] + c.alpha * x.var()  # population variance, as np.var there
-        return ids, p, f, acc  # for the variants
+        return ids, p, f, acc
 
     def cluster_values(self, p, flags, members):  # what a cluster's A_k / V_k average: its tasks' means
         return p[members]

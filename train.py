@@ -80,7 +80,7 @@ def in_batch_order(parts, n):
 
 # -------------------------------------------------------------- tasks, hints, env pool (before any CUDA work)
 from envs import EnvPool, env_spec  # noqa: E402
-from eval import eval_sets, eval_splits, in_loop_eval  # noqa: E402
+from eval import eval_sets, eval_splits, in_loop_eval, write_transcripts  # noqa: E402
 from rollout import make_hints, make_reply  # noqa: E402
 from plumbing.report import end_lines, run_summary, step_line, step_record  # noqa: E402
 from plumbing.tasks import batch_indices, cluster_warning, length_table, tasks_for, train_subset  # noqa: E402
@@ -314,8 +314,8 @@ for step in bar:
     n_zero, n_groups = row_advantages(rows, out["episodes"], reply.adv_level) if out["episodes"] else (0, 0)
     model.train()
     engine.sleep_mode(True)  # --vllm_sleep (GPU): free the engine's memory during the update
-    parts = learn.batch(rows, out["aux"])  # the batch's optimizer steps (several with --ppo_mini_batch)
-    bad = bad + 1 if parts["skipped"] else 0  # steps in a row with a mini-batch whose loss was non-finite
+    update = learn.batch(rows, out["aux"])  # the batch's optimizer steps (several with --ppo_mini_batch)
+    bad = bad + 1 if update["skipped"] else 0  # steps in a row with a mini-batch whose loss was non-finite
     if bad >= max(cfg.max_bad_steps, 1):
         save_checkpoint(step, "non-finite loss")
         sys.exit(f"error: {bad} non-finite losses in a row at step {step}; stopped (checkpoint written)")
@@ -334,14 +334,17 @@ for step in bar:
     mem_peak_gb = torch.cuda.max_memory_allocated() / 2**30 if use_cuda else None
     times = {"t_rollout": t_roll, "t_probe": t_probe, "t_train": t_train, "t_sync": t_sync,
              "t_sched": t_sched, "mem_peak_gb": mem_peak_gb}
-    rec = step_record(step, lr, p_hat, gather((n_zero, n_groups)), parts, plan, sched.stats(),
+    rec = step_record(step, lr, p_hat, gather((n_zero, n_groups)), update, plan, sched.stats(),
                       (view, task_hints), redraws, sync_err, consist, times, t0,
                       gather((out["stats"], player.stats, len(out["episodes"]), len(err))), tasks)
     if master:  # a mini-batch skipped for a non-finite loss: a warning on the step line
         log.write(json.dumps(rec, default=lambda o: o.item() if hasattr(o, "item") else str(o)) + "\n")
         log.flush()
-        warn = f" | [warn] non-finite loss: {parts['skipped']} mini-batch(es) skipped, {bad} step(s) in a row"
+        warn = f" | [warn] non-finite loss: {update['skipped']} mini-batch(es) skipped, {bad} step(s) in a " \
+               "row"
         bar.write(step_line(rec) + warn * (bad > 0))
+        if cfg.eval_every and step % cfg.eval_every == 0:  # two training episodes (rank 0's), prefix and all
+            write_transcripts(f"{cfg.out_dir}/transcripts/step{step:06d}_train.txt", out, tok, 2)
         if wandb_run:
             wandb_run.log(rec, step=step)
     # 7. evaluation and checkpoints; a signal to any rank stops every rank after the same step

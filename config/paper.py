@@ -45,6 +45,8 @@ clip_eps = 0.2
 kl_coef = 0.01
 adv_level = "traj"
 micro_batch = 8
+pack_tokens = 0                # no packing: a row over 512 tokens (a full prompt) opens a pack of its
+                               # own at 512, so no two rows share one: the path packing falls back to
 # The paper is silent on these; its code base (verl-agent, as in the released code) sets them:
 weight_decay = 0.01            # optim.weight_decay
 ppo_mini_batch = 256           # actor.ppo_mini_batch_size: 256 step rows per optimizer step

@@ -54,6 +54,8 @@ dual_clip = 3.0                # actor.clip_ratio_c: verl's policy loss always a
 kl_coef = 0.01
 adv_level = "step"
 micro_batch = 8
+pack_tokens = 0                # no packing: a row over 512 tokens (a full prompt) opens a pack of its
+                               # own at 512, so no two rows share one: the path packing falls back to
 grad_ckpt = True
 # Evaluation as config/paper.py: the authors' draw every 5 steps and the full panel of both splits every 50
 eval_protocol = "both"

@@ -35,14 +35,14 @@ def step_line(rec):
             f"sync {rec['t_sync']:.2f}s")
 
 
-def step_record(step, lr, p_hat, zero, parts, plan, sched, hinted, redraws, sync_err, consist, times, t0,
+def step_record(step, lr, p_hat, zero, update, plan, sched, hinted, redraws, sync_err, consist, times, t0,
                 outs, tasks=()):
     """train.py's log record of a step (one per step in log.jsonl, and the step line's source). Every rank
     computes it from the same gathered lists. p_hat: the batch's task success rates (None: every episode
     errored; NaN: no play); tasks: the batch's tasks in the same order (their task_type gives by_type:
     {type: [all-0 groups, groups, mean success]}, the per-type reading of a mixed batch); zero:
-    [(zero-advantage groups, groups)] per rank; parts: the update's terms; plan: the scheduler's; sched: its
-    stats(); hinted: (the scheduler's view of the batch, the batch's hints); outs: per rank
+    [(zero-advantage groups, groups)] per rank; update: learn.batch's output; plan: the scheduler's; sched:
+    its stats(); hinted: (the scheduler's view of the batch, the batch's hints); outs: per rank
     (rollout stats, probe stats, episodes, error episodes); consist: per rank (weight sum, run-state JSON);
     times: t_* seconds; t0: the step's start (time.time())."""
     import time
@@ -60,7 +60,7 @@ def step_record(step, lr, p_hat, zero, parts, plan, sched, hinted, redraws, sync
             "by_type": {k: [sum(p == 0 for p in v), len(v), float(np.mean(v))]
                         for k, v in sorted(by_type.items())},
             "zero_adv_groups": sum(z for z, _ in zero), "groups": sum(g for _, g in zero),
-            **parts, "stepped": parts["update_rel"] > 0, "error_episodes": sum(o[3] for o in outs),
+            **update, "stepped": update["update_rel"] > 0, "error_episodes": sum(o[3] for o in outs),
             "mean_n": float(np.mean(plan["n"])), "mean_r": float(np.mean(plan["r"])),
             "hinted": sum(v["L"] is not None for v in hinted[0]),  # tasks with a hint to replay
             "text_hints": sum(bool(h and h.text) for h in hinted[1]),  # tasks with a text hint

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from grpo import (FREE, adamw_update_norm, agg_weights, group_advantages, logprob_mismatch, lr_at, pad_options,
-                  policy_loss, row_advantages, tis_weights, token_logprobs, trie_options)
+                  policy_loss, row_advantages, token_logprobs, trie_options)
 
 
 def test_group_advantages_sign_and_zero_variance():
@@ -259,6 +259,7 @@ def test_policy_loss_tis_weights_pg_without_gradient_and_leaves_ratio_stats():
 
 def test_tis_weights_truncated_ratio_old_over_engine():
     """tis_weights = exp(old - engine) capped at cap (pi_old / pi_engine, not the inverse)."""
+    from variants.losses import tis_weights
     old = torch.tensor([[math.log(2.0) - 1.0, math.log(0.5) + 0.3, -0.3]])
     engine = torch.tensor([[-1.0, 0.3, -0.3]])
     # old - engine = log 2, log 0.5, 0 -> ratios 2 (capped to 1.5), 0.5, 1

@@ -107,6 +107,9 @@ def test_prefix_in_history_counts_against_max_steps_and_aux_rows(tiny, pool):
     # n = L - 1 with a scripted expert: the one remaining step wins
     win = rollout(ScriptedEngine(tok, t["walkthrough"]), pool, tok, [grp(t, t["L"] - 1, 1)], cfg())
     assert win["episodes"][0]["won"] and len(win["rows"]) == 1
+    # each aux row carries its group's outcome: both garbage episodes lost, the one expert episode won
+    assert [a["success"] for a in out["aux"]] == [0.0] * n
+    assert [a["success"] for a in win["aux"]] == [1.0] * (t["L"] - 1)
 
 
 def test_prompt_truncated_from_left_and_counted(tiny):

@@ -310,6 +310,8 @@ def test_released_preset_evaluates_as_the_authors_do(tmp_path):
         assert keys <= set(e["eval"]) and e["eval"]["counts"]["authors_valid_seen_sampled"]["n"] == 8
         assert e["eval"]["counts"]["valid_seen"]["n"] == 4
     assert "temperature 0.4" in open(tmp_path / "transcripts" / "step000000_valid_unseen_sampled.txt").readline()
+    train_text = open(tmp_path / "transcripts" / "step000000_train.txt").read()  # training episodes too
+    assert train_text.count("=== episode") == 2 and "--- turn" in train_text and " prefix " in train_text
     summary = json.load(open(tmp_path / "summary.json"))
     assert summary["final"] == evals[-1]["eval"] and set(summary["best"]) >= keys
     assert all(summary["best"][k]["step"] in (0, 2) for k in keys)

@@ -14,7 +14,7 @@ A term of your own: a grpo.Term subclass in a file of yours, --loss_terms file:C
 """
 import torch
 
-from grpo import AuxTerm, PolicyTerm, Term, tis_weights
+from grpo import AuxTerm, PolicyTerm, Term
 
 
 class Entropy(Term):
@@ -62,6 +62,13 @@ class TIS(PolicyTerm):
 
     def importance(self, old, engine):  # [b, T] each
         return tis_weights(old, engine, self.cap)
+
+
+def tis_weights(old_lp, engine_lp, cap):
+    """Truncated importance sampling weights min(pi_old / pi_engine, cap) per token ([b, T] each), as verl's
+    tis_imp_ratio_cap (verl/trainer/ppo/core_algos.py): old_lp from the trainer, engine_lp as the engine
+    sampled."""
+    return torch.exp(old_lp - engine_lp).clamp(max=cap)
 
 
 REGISTRY = {"entropy": Entropy, "prefix-mean": PrefixMeanAux, "sft": sft, "tis": TIS}

@@ -1,6 +1,7 @@
-"""[released] The authors' reply rule (the paper's is rollout.Reply): how a reply is read and what an episode
-earns, each part set by its flag. Built once at setup by rollout.make_reply through config.variant when a
-flag differs from the paper's value (config/released.py and config/paper.py set the projection's two).
+"""[released] The authors' reply rule (the plain one is rollout.Reply): how a reply is read and what an
+episode earns, each part set by its flag. Built once at setup by rollout.make_reply through config.variant
+when a flag differs from rollout.PLAIN_REPLY (config/released.py and config/paper.py set the projection's two:
+--preset paper runs it).
 
     --parse_lower       read the lower-cased reply
     --parse_think       a reply without <think>...</think>, or with a CJK character, is played but invalid
