@@ -348,8 +348,8 @@ class HFEngine:
 
 def sync_check(engine, model, row, pad_id, device, cfg, seed=0, ctx=contextlib.nullcontext):
     """After a weight sync: the engine's greedy reply to `row`'s prompt (under the row's constraint, if any),
-    scored by `model` the way the trainer scores rows. -> max |log-prob difference| (~1e-6 when the sync
-    landed)."""
+    scored by `model` the way the trainer scores rows. -> max |log-prob difference| (when the sync landed:
+    ~1e-6 in fp32, ~1e-2 with bf16 on either side; docs/update.md)."""
     allowed = [row["allowed"]] if "allowed" in row else None
     o = engine.generate([row["prompt_ids"]], cfg.max_new_tokens, 0.0, seed, allowed)[0]
     chk = {"prompt_ids": row["prompt_ids"], "response_ids": o["ids"],

@@ -4,6 +4,7 @@
     python -m tools.bench env                      # ALFWorld engine + WebShop-lite:
                                                    # reset/step, prefix replay, pool
     python -m tools.bench rollout                  # tokens/s HF vs vLLM, weight-sync time, rollout time split
+    python -m tools.bench sync                     # the sync check's |d log p| per engine and trainer dtype
     python -m tools.bench step [--preset P] [--tree DIR]  # a training step's time split:
                                                    # median, min - max over the steps
     python -m tools.bench gpu [--cpu]              # one-shot GPU check (gpu_check.sh):
@@ -393,6 +394,46 @@ def bench_rollout(args):
         json.dump(res, open(args.json, "w"), indent=1)
 
 
+def bench_sync(args):
+    """rollout.sync_check (the engine's greedy reply, scored by the trainer) after a weight sync, per engine
+    dtype and trainer precision: what the sync_err column reads when the sync landed."""
+    import contextlib
+    import dataclasses as dc
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from config import cache_dir, get_config
+    from plumbing.parallel import autocast
+    from plumbing.tasks import load_tasks
+    from plumbing.tiny import tiny_path
+    from rollout import VLLMEngine, sync_check
+    cfg = dc.replace(get_config(["--preset", "cpu"]), max_new_tokens=16)
+    path = tiny_path(cache_dir())
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    rows = [{"prompt_ids": tok.encode(f"task: {t['id']}\ndone: -\n", add_special_tokens=False)}
+            for t in load_tasks("train")[:16]]  # free text, as the GPU presets play
+    if not args.engine_dtype:  # one engine a process (vLLM's first engine holds the process group)
+        import subprocess
+        print("bench.py sync: |log p engine - log p trainer| of the engine's greedy reply after a weight sync "
+              f"(tiny model, CPU, {len(rows)} prompts, 16 free-text tokens each)")
+        print(f"{'engine dtype':13s} {'trainer':22s} {'median':>9s} {'max':>9s}")
+        for dtype in ("float32", "bfloat16"):
+            subprocess.run([sys.executable, "-m", "tools.bench", "sync", "--engine_dtype", dtype]
+                           + (["--json", f"{args.json}.{dtype}"] if args.json else []), cwd=ROOT, check=True)
+        return
+    res = {}
+    for dtype in (args.engine_dtype,):
+        eng = VLLMEngine(path, tok, seed=0, dtype=dtype, max_model_len=1024, constrained=False)
+        eng.load_weights(model.state_dict().items())
+        for name, ctx in (("fp32", contextlib.nullcontext), ("bf16 autocast (GPU's)",
+                                                              lambda: autocast("cpu", torch.bfloat16))):
+            err = [sync_check(eng, model, r, tok.pad_token_id, "cpu", cfg, 0, ctx) for r in rows]
+            res[f"{dtype}_{name.split()[0]}"] = err
+            print(f"{dtype:13s} {name:22s} {np.median(err):9.2e} {max(err):9.2e}", flush=True)
+    if args.json:
+        json.dump(res, open(args.json, "w"), indent=1)
+
+
 # ============================================================================================
 # step: one training step's time breakdown (runs train.py itself)
 # ============================================================================================
@@ -609,7 +650,7 @@ def bench_gpu(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["sched", "env", "rollout", "step", "gpu"])
+    ap.add_argument("what", choices=["sched", "env", "rollout", "sync", "step", "gpu"])
     ap.add_argument("--cpu", action="store_true", help="gpu: the same checks on the tiny model, on the CPU")
     ap.add_argument("--json", default="", help="also write the numbers here")
     ap.add_argument("--seeds", type=int, default=5)
@@ -619,6 +660,7 @@ def main():
     ap.add_argument("--population", default="alfworld", choices=list(POPULATIONS),
                     help="sched: the simulated tasks (bimodal: each length group splits into an easy "
                     "and a hard half)")
+    ap.add_argument("--engine_dtype", default="", help="sync: one engine dtype (float32 | bfloat16) in this process")
     ap.add_argument("--preset", default="cpu", help="step: the preset to time")
     ap.add_argument("--steps", type=int, default=4, help="step: training steps to run (the first is warm-up)")
     ap.add_argument("--tree", default="", help="step: run train.py of this checkout (e.g. a git worktree "
@@ -629,7 +671,8 @@ def main():
         return bench_sched(a)
     if extra and a.what != "step":
         ap.error(f"unrecognized arguments: {' '.join(extra)}")
-    return {"env": bench_env, "rollout": bench_rollout, "step": bench_step, "gpu": bench_gpu}[a.what](a)
+    return {"env": bench_env, "rollout": bench_rollout, "sync": bench_sync, "step": bench_step,
+            "gpu": bench_gpu}[a.what](a)
 
 
 if __name__ == "__main__":
