@@ -1,5 +1,5 @@
-"""The toy environment of README "Hack it" (a key-and-door game): the README's very block, written to a file
-of its own and selected with --env key_door:KeyDoor, is all a new environment takes. Its tasks have 4-7 expert
+"""The toy environment of docs/environment.md (a key-and-door game; README "Hack it"): the doc's very block,
+written to a file of its own and selected with --env key_door:KeyDoor, is all a new environment takes. Its tasks have 4-7 expert
 steps that win, its engine keeps the episode interface (tests/test_envs.py check_episode_interface) in this
 process and in the pool's workers, and (slow) train.py trains two steps on it with the tiny model, then
 `eval.py panel` evaluates the checkpoint.
@@ -22,8 +22,8 @@ NAME = "key_door:KeyDoor"
 
 
 def readme_block():
-    """The README's environment block (the Python block that opens with '# key_door.py')."""
-    readme = open(os.path.join(ROOT, "README.md")).read()
+    """docs/environment.md's block (the Python block that opens with '# key_door.py')."""
+    readme = open(os.path.join(ROOT, "docs", "environment.md")).read()
     return next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if b.startswith("# key_door.py"))
 
 

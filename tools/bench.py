@@ -414,8 +414,8 @@ def bench_sync(args):
             for t in load_tasks("train")[:16]]  # free text, as the GPU presets play
     if not args.engine_dtype:  # one engine a process (vLLM's first engine holds the process group)
         import subprocess
-        print("bench.py sync: |log p engine - log p trainer| of the engine's greedy reply after a weight sync "
-              f"(tiny model, CPU, {len(rows)} prompts, 16 free-text tokens each)")
+        print("bench.py sync: |log p engine - log p trainer| of the engine's greedy reply after a weight "
+              f"sync (tiny model, CPU, {len(rows)} prompts, 16 free-text tokens each)")
         print(f"{'engine dtype':13s} {'trainer':22s} {'median':>9s} {'max':>9s}")
         for dtype in ("float32", "bfloat16"):
             subprocess.run([sys.executable, "-m", "tools.bench", "sync", "--engine_dtype", dtype]
@@ -660,7 +660,8 @@ def main():
     ap.add_argument("--population", default="alfworld", choices=list(POPULATIONS),
                     help="sched: the simulated tasks (bimodal: each length group splits into an easy "
                     "and a hard half)")
-    ap.add_argument("--engine_dtype", default="", help="sync: one engine dtype (float32 | bfloat16) in this process")
+    ap.add_argument("--engine_dtype", default="",
+                    help="sync: one engine dtype (float32 | bfloat16), in this process")
     ap.add_argument("--preset", default="cpu", help="step: the preset to time")
     ap.add_argument("--steps", type=int, default=4, help="step: training steps to run (the first is warm-up)")
     ap.add_argument("--tree", default="", help="step: run train.py of this checkout (e.g. a git worktree "
