@@ -305,8 +305,8 @@ for step in bar:
     p_hat = [sum(f) / len(f) if f else None for f in flags] if player.plays else [float("nan")] * len(tasks)
     if hinted := [i for i, v in enumerate(view) if v["L"] and player.plays]:
         sched.update([tasks[i]["id"] for i in hinted], [p_hat[i] for i in hinted], [flags[i] for i in hinted])
-    hints.observe([e for part in gather([{k: e[k] for k in ("task_id", "won", "error", "played")}
-                                         for e in out["episodes"]]) for e in part])  # its next hints may move
+    moved = hints.observe([e for part in gather([{k: e[k] for k in ("task_id", "won", "error", "played")}
+                                                 for e in out["episodes"]]) for e in part])  # ids: new hints
     # 4. GRPO advantages within each group, then the loss and the update (error episodes train on nothing)
     t2 = time.time()
     err = {e["eid"] for e in out["episodes"] if e["error"]}
@@ -335,7 +335,7 @@ for step in bar:
     times = {"t_rollout": t_roll, "t_probe": t_probe, "t_train": t_train, "t_sync": t_sync,
              "t_sched": t_sched, "mem_peak_gb": mem_peak_gb}
     rec = step_record(step, lr, p_hat, gather((n_zero, n_groups)), update, plan, sched.stats(),
-                      (view, task_hints), redraws, sync_err, consist, times, t0,
+                      (view, task_hints, moved), redraws, sync_err, consist, times, t0,
                       gather((out["stats"], player.stats, len(out["episodes"]), len(err))), tasks)
     if master:  # a mini-batch skipped for a non-finite loss: a warning on the step line
         log.write(json.dumps(rec, default=lambda o: o.item() if hasattr(o, "item") else str(o)) + "\n")

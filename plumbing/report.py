@@ -42,7 +42,8 @@ def step_record(step, lr, p_hat, zero, update, plan, sched, hinted, redraws, syn
     errored; NaN: no play); tasks: the batch's tasks in the same order (their task_type gives by_type:
     {type: [all-0 groups, groups, mean success]}, the per-type reading of a mixed batch); zero:
     [(zero-advantage groups, groups)] per rank; update: learn.batch's output; plan: the scheduler's; sched:
-    its stats(); hinted: (the scheduler's view of the batch, the batch's hints); outs: per rank
+    its stats(); hinted: (the scheduler's view of the batch, the batch's hints, the task ids whose hint the
+    step's episodes moved: the hint source's observe()); outs: per rank
     (rollout stats, probe stats, episodes, error episodes); consist: per rank (weight sum, run-state JSON);
     times: t_* seconds; t0: the step's start (time.time())."""
     import time
@@ -64,6 +65,7 @@ def step_record(step, lr, p_hat, zero, update, plan, sched, hinted, redraws, syn
             "mean_n": float(np.mean(plan["n"])), "mean_r": float(np.mean(plan["r"])),
             "hinted": sum(v["L"] is not None for v in hinted[0]),  # tasks with a hint to replay
             "text_hints": sum(bool(h and h.text) for h in hinted[1]),  # tasks with a text hint
+            "hints_moved": len(hinted[2]),  # tasks whose next hint this step's episodes changed
             **sched,  # the scheduler's stats() whole: a new statistic is logged without a line here
             "rollouts": sum(o[2] for o in outs),  # trained on (|B| R); the probes' extra rollouts:
             "probe_rollouts": plan["probe_rollouts"],

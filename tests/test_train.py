@@ -331,6 +331,9 @@ def test_self_hints_run_and_resume_warns_when_a_run_state_is_missing(tmp_path):
     assert hinted == total - round(0.5 * total)
     recs = records(tmp_path)
     assert all(0 <= r["hinted"] <= 4 and r["state_same_on_ranks"] for r in recs)
+    # every task the self source holds a win for was, at some step, a hint that moved (observe()'s result)
+    best = json.load(open(tmp_path / "ckpt_000002" / "state.json"))["state"]["hints"]["1"]["best"]
+    assert sum(r["hints_moved"] for r in recs) >= len(best)
     state = json.load(open(tmp_path / "ckpt_000001" / "state.json"))
     assert set(state["state"]) == {"sched", "hints"}
     assert set(state["state"]["hints"]) == {"0", "1"} and "best" in state["state"]["hints"]["1"]
@@ -349,7 +352,10 @@ PAPER_TINY = ["--preset", "paper", "--games", "builtin", "--model", "tiny", "--s
 MIX6 = ["--preset", "cpu_mix6", "--steps", "3", "--batch_tasks", "4", "--eval_games", "-1", "--ckpt_every", "0"]
 
 
-@pytest.mark.parametrize("name,argv", [("paper_tiny", PAPER_TINY), ("mix6_grpo", MIX6 + ["--scheduler", "none"]),
+# paper_tiny's records were written when --preset paper packed rows (--pack_tokens 512; its short tiny-model rows
+# do pack): the flag given, the same run
+@pytest.mark.parametrize("name,argv", [("paper_tiny", PAPER_TINY + ["--pack_tokens", "512"]),
+                                       ("mix6_grpo", MIX6 + ["--scheduler", "none"]),
                                        ("mix6_no_aux", MIX6 + ["--eta", "0"]), ("mix6_g2", MIX6)])
 def test_runs_the_aux_fix_leaves_alone_keep_their_records(tmp_path, name, argv):
     """The runs whose code path the trie-restricted L_aux leaves alone give, for 3 steps, the records that
