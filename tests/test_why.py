@@ -52,3 +52,29 @@ def test_each_verdict_by_hand():
     got = {name[:3]: v for name, _, v in verdicts(pre, post, why)}
     assert got["(a)"] == "refuted" and got["(b)"] == "refuted"
     assert verdicts(pre, {}, {})[0][2] == "runs missing"
+
+
+def test_the_runs_table_by_hand():
+    """Two runs of §9 and one kept row: the kept one is left out; starts are date - wall (02:57 - 58 min =
+    01:59:00; 23:41 - 22.5 min = 23:18:30); the total 80.5 min."""
+    from tools.why import runs_table
+    post = {"g2": {0: {"git_commit": "8d795fa", "date": "2026-12-04 23:41 UTC", "wall_s": 1350.0}},
+            "grpo": {0: {"git_commit": "cc749d5", "date": "2026-12-03 10:00 UTC", "wall_s": 900.0}}}
+    why = {"hint_free": {1: {"git_commit": "e615e3d", "date": "2026-12-05 02:57 UTC", "wall_s": 3480.0}}}
+    assert runs_table(post, why) == [
+        "| run | commit | start (UTC, within a minute after) | wall (min) |", "|---|---|---|---:|",
+        "| mix6/g2/s0 | 8d795fa | 2026-12-04 23:18:30 | 22.5 |",
+        "| why/hint_free/s1 | e615e3d | 2026-12-05 01:59:00 | 58.0 |",
+        "| all 2 runs | | | 80.5 |"]
+
+
+def test_the_block_in_docs_results_is_what_tools_why_prints():
+    """docs/results.md §9's why-table block is exactly `python -m tools.why` on the kept summaries."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    text = open(os.path.join(root, "docs", "results.md")).read()
+    block = text.split("<!-- why-table: python -m tools.why -->")[1].split("<!-- /why-table -->")[0].strip()
+    p = subprocess.run([sys.executable, "-m", "tools.why"], cwd=root, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and block == p.stdout.strip()

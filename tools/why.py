@@ -4,6 +4,9 @@ summaries by the rules §9 wrote down before its runs: each explanation's number
 
     python -m tools.why [--pre results/cpu/mix6_cc749d5] [--post results/cpu/mix6] [--why results/cpu/why]
 
+After the verdicts, every run of §9 (the grid's reruns and the --only why runs; the kept rows of an earlier
+commit are not §9's) with its commit, start (its summary's date less its wall time) and wall time, and the total.
+
 Greedy hint-free success at a run's last step on the held-out games (all 144, or the 72 of test_seen);
 comparisons paired by seed with a 95 % t interval (plumbing/tables.t_interval). A verdict whose runs are not
 all in yet prints "runs missing" and the seeds it has."""
@@ -104,6 +107,26 @@ def verdicts(pre, post, why):
     return out
 
 
+def runs_table(post, why, kept="cc749d5"):
+    """Markdown lines: each of §9's runs (post's not at the kept rows' commit, and why's), oldest start first:
+    folder, commit, start (UTC), wall minutes; then the total wall time. A summary's date has minute precision,
+    so a run started within the minute after the start shown."""
+    import datetime
+    rows = []
+    for folder, runs in (("mix6", post), ("why", why)):
+        for method, by_seed in sorted(runs.items()):
+            for seed, s in sorted(by_seed.items()):
+                if s.get("git_commit") == kept or "date" not in s:
+                    continue
+                end = datetime.datetime.strptime(s["date"], "%Y-%m-%d %H:%M UTC")
+                start = end - datetime.timedelta(seconds=s["wall_s"])
+                rows.append((start, f"| {folder}/{method}/s{seed} | {s['git_commit']} | "
+                                    f"{start:%Y-%m-%d %H:%M:%S} | {s['wall_s'] / 60:.1f} |", s["wall_s"]))
+    rows.sort(key=lambda r: r[0])
+    return (["| run | commit | start (UTC, within a minute after) | wall (min) |", "|---|---|---|---:|"] + [r[1] for r in rows]
+            + [f"| all {len(rows)} runs | | | {sum(r[2] for r in rows) / 60:.1f} |"])
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--pre", default="results/cpu/mix6_cc749d5")
@@ -115,6 +138,7 @@ def main(argv=None):
     print("|---|---|---|")
     for name, nums, v in rows:
         print(f"| {name} | {nums} | **{v}** |")
+    print("\n" + "\n".join(runs_table(load(a.post), load(a.why))))
 
 
 if __name__ == "__main__":
