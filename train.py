@@ -343,7 +343,7 @@ for step in bar:
         warn = f" | [warn] non-finite loss: {update['skipped']} mini-batch(es) skipped, {bad} step(s) in a " \
                "row"
         bar.write(step_line(rec) + warn * (bad > 0))
-        if cfg.eval_every and step % cfg.eval_every == 0:  # two training episodes (rank 0's), prefix and all
+        if step % (cfg.eval_every or cfg.steps) == 0:  # two training episodes (rank 0's) when evals are due
             write_transcripts(f"{cfg.out_dir}/transcripts/step{step:06d}_train.txt", out, tok, 2)
         if wandb_run:
             wandb_run.log(rec, step=step)

@@ -5,7 +5,8 @@ summaries by the rules §9 wrote down before its runs: each explanation's number
     python -m tools.why [--pre results/cpu/mix6_cc749d5] [--post results/cpu/mix6] [--why results/cpu/why]
 
 After the verdicts, every run of §9 (the grid's reruns and the --only why runs; the kept rows of an earlier
-commit are not §9's) with its commit, start (its summary's date less its wall time) and wall time, and the total.
+commit are not §9's) with its commit, start (its summary's date less its wall time) and wall time, and the
+total.
 
 Greedy hint-free success at a run's last step on the held-out games (all 144, or the 72 of test_seen);
 comparisons paired by seed with a 95 % t interval (plumbing/tables.t_interval). A verdict whose runs are not
@@ -109,8 +110,8 @@ def verdicts(pre, post, why):
 
 def runs_table(post, why, kept="cc749d5"):
     """Markdown lines: each of §9's runs (post's not at the kept rows' commit, and why's), oldest start first:
-    folder, commit, start (UTC), wall minutes; then the total wall time. A summary's date has minute precision,
-    so a run started within the minute after the start shown."""
+    folder, commit, start (UTC), wall minutes; then the total wall time. A summary's date has minute
+    precision, so a run started within the minute after the start shown."""
     import datetime
     rows = []
     for folder, runs in (("mix6", post), ("why", why)):
@@ -123,7 +124,8 @@ def runs_table(post, why, kept="cc749d5"):
                 rows.append((start, f"| {folder}/{method}/s{seed} | {s['git_commit']} | "
                                     f"{start:%Y-%m-%d %H:%M:%S} | {s['wall_s'] / 60:.1f} |", s["wall_s"]))
     rows.sort(key=lambda r: r[0])
-    return (["| run | commit | start (UTC, within a minute after) | wall (min) |", "|---|---|---|---:|"] + [r[1] for r in rows]
+    return (["| run | commit | start (UTC, within a minute after) | wall (min) |", "|---|---|---|---:|"]
+            + [r[1] for r in rows]
             + [f"| all {len(rows)} runs | | | {sum(r[2] for r in rows) / 60:.1f} |"])
 
 
