@@ -633,9 +633,9 @@ def rollout(engine, pool, tok, groups, cfg, seed=0, reply=None):
         for r, rr in zip(e["rows"], reply.row_rewards(e["won"], [not x["valid"] for x in e["rows"]])):
             r["reward"] = rr  # traj: the episode's reward; step (released): won minus this step's own penalty
             rows.append(r)
+    flags = group_successes({"episodes": episodes}, len(groups))  # per group: kept 0/1 outcomes
     for a in aux:  # its group's success rate (None: every episode lost to an error), for a term that reads it
-        won = [e["won"] for e in episodes if e["gid"] == a["gid"] and not e["error"]]
-        a["success"] = sum(won) / len(won) if won else None
+        a["success"] = sum(flags[a["gid"]]) / len(flags[a["gid"]]) if flags[a["gid"]] else None
     st["t_total"] = time.time() - t_start
     st["t_overhead"] = st["t_total"] - st["t_gen"] - st["t_env"]
     return {"rows": rows, "aux": aux, "episodes": episodes, "stats": st}

@@ -80,7 +80,7 @@ def in_batch_order(parts, n):
 
 # -------------------------------------------------------------- tasks, hints, env pool (before any CUDA work)
 from envs import EnvPool, env_spec  # noqa: E402
-from eval import eval_sets, eval_splits, in_loop_eval, write_transcripts  # noqa: E402
+from eval import eval_sets, eval_splits, evals_due, in_loop_eval, write_transcripts  # noqa: E402
 from rollout import make_hints, make_reply  # noqa: E402
 from plumbing.report import end_lines, run_summary, step_line, step_record  # noqa: E402
 from plumbing.tasks import batch_indices, cluster_warning, length_table, tasks_for, train_subset  # noqa: E402
@@ -343,7 +343,7 @@ for step in bar:
         warn = f" | [warn] non-finite loss: {update['skipped']} mini-batch(es) skipped, {bad} step(s) in a " \
                "row"
         bar.write(step_line(rec) + warn * (bad > 0))
-        if step % (cfg.eval_every or cfg.steps) == 0:  # two training episodes (rank 0's) when evals are due
+        if any(evals_due(cfg, step)):  # two training episodes (rank 0's) at each evaluation step
             write_transcripts(f"{cfg.out_dir}/transcripts/step{step:06d}_train.txt", out, tok, 2)
         if wandb_run:
             wandb_run.log(rec, step=step)

@@ -10,6 +10,9 @@ import tomllib
 
 import pytest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import trace_step  # noqa: E402  (tests/trace_step.py: what a unit of the step list is)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("plumbing", "tools", "variants")  # the folders beside the core; tests/ and config/ are not modules
 TOP_LEVEL = sorted(f[:-3] for f in os.listdir(ROOT) if f.endswith(".py"))
@@ -251,17 +254,14 @@ STEP_CAP = 2000  # lines the README's list may hold: what one step runs (1,988),
 
 
 def unit_lines(path):
-    """{name: lines} of a module's units: each top-level function or class (whole), each method as
-    "Class.method", and each class's own lines (outside its methods) as "Class." ."""
+    """{name: lines} of a module's units as tests/trace_step.py counts them: each top-level function or class
+    (whole), each method as "Class.method", and each class's own lines (outside its methods) as "Class." ."""
     out = {}
-    size = lambda n: n.end_lineno - min([n.lineno] + [d.lineno for d in n.decorator_list]) + 1  # noqa: E731
-    for n in ast.parse(open(os.path.join(ROOT, path)).read()).body:
-        if isinstance(n, (ast.FunctionDef, ast.ClassDef)):
-            out[n.name] = size(n)
-        if isinstance(n, ast.ClassDef):
-            methods = [m for m in n.body if isinstance(m, ast.FunctionDef)]
-            out.update({f"{n.name}.{m.name}": size(m) for m in methods})
-            out[n.name + "."] = out[n.name] - sum(size(m) for m in methods)
+    for unit in trace_step.units(os.path.join(ROOT, path)):
+        first, last, name = unit[:3]
+        out[name] = last - first + 1
+        if len(unit) > 3:  # a class: its own lines too
+            out[name + "."] = unit[3]
     return out
 
 
