@@ -49,7 +49,7 @@ class Env:
                                     reply instruction, or "" (rollout.user_message)
       env_spec(cfg) -> dict         what a worker needs to build an engine (JSON; "env": cfg.env)
       make_env(spec) -> engine      in the worker process (default: cls(spec))
-      tasks(cfg, split, verbose) -> [{"id", "gamefile", "task_type", "walkthrough", "L"(, "thinks")}]:
+      tasks(cfg, split, verbose) -> [{"id", "gamefile", "task_type", "goal", "walkthrough", "L"(, "thinks")}]:
                                     gamefile is what reset takes (a str or an int), walkthrough the expert's
                                     actions (the hints), L its length, task_type a row of the length table
       split_names(cfg) -> [name]    the splits tasks() knows (--train_split and --eval_split are checked

@@ -32,16 +32,14 @@ from rollout import make_reply, rollout
 
 def evaluate(engine, pool, tok, tasks, cfg, seed=0, temperature=0.0, reply=None, keys=None):
     """Hint-free, one episode per task, greedy (temperature 0) or sampled, replies read by `reply` (the run's
-    reply rule, rollout.make_reply; None: the paper's). Returns {"success", "n", "won",
-    "score" (100 x mean raw reward: WebShop's score; ALFWorld's equals success), "per_type": {type: success},
-    "per_type_won": {type: [won, n]},
-    "invalid", "out": the rollout output (rows + episodes, for transcripts)}. keys: each task's sampling key
-    (--sample_streams episode; None: the engine's stream from `seed`)."""
+    rule, rollout.make_reply; None: the plain one); keys: each task's sampling key (--sample_streams episode;
+    None: the engine's stream from `seed`). -> {"success", "n", "won", "score" (100 x mean raw reward:
+    WebShop's score; ALFWorld's equals success), "per_type": {type: success}, "per_type_won": {type: [won,
+    n]}, "invalid", "out": the rollout output (rows + episodes, for transcripts)}."""
     if not tasks:
         return {"success": float("nan"), "n": 0, "won": 0, "score": float("nan"), "per_type": {},
                 "per_type_won": {}, "invalid": 0.0, "out": None}
     ecfg = dataclasses.replace(cfg, temperature=temperature)
-    # no hint
     out = rollout(engine, pool, tok, [{"task": t, "n": 0, "R": 1, "prefix": [], "key": k}
                                       for t, k in zip(tasks, keys or [None] * len(tasks))], ecfg, seed, reply)
     by = collections.defaultdict(list)
@@ -56,18 +54,15 @@ def evaluate(engine, pool, tok, tasks, cfg, seed=0, temperature=0.0, reply=None,
 
 
 def eval_splits(cfg):
-    """--eval_split's splits, each with the name it is logged under:
-    one split is 'val'; several keep their names."""
+    """--eval_split's splits with their logged names: one split is 'val'; several keep their names."""
     splits = [x.strip() for x in cfg.eval_split.split(",") if x.strip()]
     return [("val" if len(splits) == 1 else sp, sp) for sp in splits]
 
 
 def evals_due(cfg, step):
-    """-> (the panel is due, the authors' protocol is due) at this step (it is the step's evaluation, before
-    its training, or the run's end at step == cfg.steps). Both run before training and at the end; the panel
-    every
-    --eval_every steps, the authors' draw every --authors_every (their trainer.test_freq with
-    val_before_train)."""
+    """-> (the panel is due, the authors' draw is due) before step's training (step == cfg.steps: the end).
+    Both run at 0 and at the end; the panel every --eval_every steps, the authors' draw every --authors_every
+    (their trainer.test_freq with val_before_train)."""
     edge = step == 0 or step == cfg.steps
     panel = cfg.eval_protocol in ("panel", "both") and (
         edge or bool(cfg.eval_every and step % cfg.eval_every == 0))
@@ -76,16 +71,14 @@ def evals_due(cfg, step):
 
 
 def authors_draw(n_tasks, k, env, episodes=128, seed=1000):
-    """Which tasks the authors' validation number k plays (k = 0: the one before training): task positions,
-    one per episode, repeats possible. Their val_data_size=128 env workers, worker i seeded env.seed + 1000 +
-    i [ZJU-REAL/Agent-G2 agent_system/environments/env_manager.py, make_envs; .../alfworld/envs.py,
-    AlfworldWorker]:
-    - ALFWorld: worker i shuffles the split's games with np.random.RandomState(1000 + i) and plays them in
-      that order,
-      reshuffling the list with the same generator after each pass; validation k is the k-th game of every
-      stream (TextWorld's TextworldBatchGymEnv.seed and textworld/gym/envs/utils.py, shuffled_cycle).
-    - WebShop: one np.random.RandomState(1000) draws 128 distinct goals of the pool per validation and keeps
-      running, so validation k is its (k+1)-th draw (.../webshop/envs.py, WebshopMultiProcessEnv.reset)."""
+    """The task positions the authors' validation number k plays (k = 0: before training), one per episode,
+    repeats possible. Their 128 env workers, worker i seeded 1000 + i [ZJU-REAL/Agent-G2
+    agent_system/environments/env_manager.py, make_envs; .../alfworld/envs.py, AlfworldWorker]:
+    - ALFWorld: worker i shuffles the games with np.random.RandomState(1000 + i), plays them in that order and
+      reshuffles after each pass: validation k is the k-th game of every stream (TextWorld's
+      TextworldBatchGymEnv.seed, textworld/gym/envs/utils.py shuffled_cycle).
+    - WebShop: one RandomState(1000) draws 128 distinct goals per validation: validation k is its (k+1)-th
+      draw (.../webshop/envs.py, WebshopMultiProcessEnv.reset)."""
     if env == "webshop":
         rng = np.random.RandomState(seed)
         for _ in range(k + 1):
@@ -103,8 +96,7 @@ def authors_draw(n_tasks, k, env, episodes=128, seed=1000):
 
 
 def authors_index(step, every):
-    """How many of the authors' evaluations came before the one at `step`
-    (at 0, every, 2 every, ..., and the end)."""
+    """How many authors' evaluations (at 0, every, 2 every, ..., the end) came before the one at `step`."""
     return 0 if step == 0 else (step - 1) // every + 1
 
 

@@ -16,11 +16,8 @@ L_aux -> AdamW step -> weights synced into the engine -> the scheduler is update
 rates, gathered from all ranks so every rank holds the same scheduler state.
 """
 import contextlib
-import dataclasses
 import json
-import math
 import os
-import signal
 import sys
 import time
 
@@ -38,12 +35,24 @@ check_model(cfg.model)  # one-line errors (exit 2) before any heavy work
 check_data(cfg)
 check_out_dir(cfg, clear=os.environ.get("RANK", "0") == "0")
 
-# -------------------------------------------------------------- distributed setup
-import torch  # noqa: E402
+import torch  # noqa: E402  (the heavy imports after the one-line checks)
 import torch.distributed as dist  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
+from envs import EnvPool, env_spec  # noqa: E402
+from eval import eval_sets, eval_splits, evals_due, in_loop_eval, write_transcripts  # noqa: E402
+from grpo import Update, lr_at, make_terms, needs_reference, row_advantages  # noqa: E402
+from rollout import (group_successes, make_engine, make_hints, make_player, make_reply,  # noqa: E402
+                     seed_all, sync_check)
+from scheduler import make_rule  # noqa: E402
 from plumbing.parallel import (  # noqa: E402
     all_max, autocast, compute_dtype, fsdp2_shard, init_distributed, local_first, same_on_ranks)
+from plumbing.report import end_lines, run_summary, step_line, step_record  # noqa: E402
+from plumbing.tasks import batch_indices, cluster_warning, length_table, tasks_for, train_subset  # noqa: E402
+from plumbing.tiny import resolve_model  # noqa: E402
+
+# -------------------------------------------------------------- distributed setup
 
 use_cuda = torch.cuda.is_available() and cfg.device != "cpu"
 ddp, rank, world, local_rank, device = init_distributed(use_cuda)  # LOCAL_RANK -> device, RANK -> data shard
@@ -53,9 +62,6 @@ if use_cuda and cfg.mem_cap_gb > 0:  # e.g. 80 on a 141 GB card: what an 80 GB c
         min(1.0, cfg.mem_cap_gb * 2**30 / torch.cuda.mem_get_info()[1]))
 dtype = compute_dtype(cfg.dtype, use_cuda)  # forward passes; the policy's master weights and AdamW stay fp32
 old_from_trainer = cfg.old_logprobs == "trainer" or (cfg.old_logprobs == "auto" and use_cuda)
-from grpo import lr_at, row_advantages  # noqa: E402
-from rollout import group_successes, make_engine, make_player, seed_all, sync_check  # noqa: E402
-from grpo import Update, make_terms, needs_reference  # noqa: E402
 
 seed_all(cfg.seed + rank)  # sampling differs per rank; data order and scheduler use cfg.seed on every rank
 
@@ -79,11 +85,6 @@ def in_batch_order(parts, n):
 
 
 # -------------------------------------------------------------- tasks, hints, env pool (before any CUDA work)
-from envs import EnvPool, env_spec  # noqa: E402
-from eval import eval_sets, eval_splits, evals_due, in_loop_eval, write_transcripts  # noqa: E402
-from rollout import make_hints, make_reply  # noqa: E402
-from plumbing.report import end_lines, run_summary, step_line, step_record  # noqa: E402
-from plumbing.tasks import batch_indices, cluster_warning, length_table, tasks_for, train_subset  # noqa: E402
 
 train_tasks = train_subset(local_first(lambda: tasks_for(cfg, cfg.train_split, verbose=master),
                                        ddp, local_rank),
@@ -108,13 +109,7 @@ if master:
 pool = EnvPool(cfg.num_workers, env_spec(cfg))
 
 # -------------------------------------------------------------- models, reference, rollout engine, optimizer
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
-
-from scheduler import make_rule  # noqa: E402
-from plumbing.tiny import resolve_model  # noqa: E402
-
-# 'tiny': built once per node (same seed)
-model_path = local_first(lambda: resolve_model(cfg), ddp, local_rank)
+model_path = local_first(lambda: resolve_model(cfg), ddp, local_rank)  # 'tiny': built once per node
 try:
     tok = AutoTokenizer.from_pretrained(model_path)
     policy = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(device)  # fp32 master
@@ -150,12 +145,8 @@ run_state = {"sched": sched, "hints": hints}
 prec = (lambda: contextlib.nullcontext()) if fsdp else (lambda: autocast(device, dtype))  # FSDP casts itself
 terms = make_terms(cfg, ref)  # the loss terms, chosen once: grpo.py's and variants/losses.py's
 learn = Update(cfg, model, policy, ref, opt, tok, device, world, ddp, fsdp, prec, old_from_trainer, terms)
-if fsdp:
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                         get_optimizer_state_dict, set_model_state_dict,
-                                                         set_optimizer_state_dict)
-    # checkpoints: gathered into rank 0's RAM
-    FULL_CPU = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
 def sync_engine():
     """Stream the policy's weights into the engine, one full tensor at a time (FSDP2: each gathered as it is
     consumed, so no rank holds a second full copy of the model). -> their sum, which the ranks compare."""
@@ -174,8 +165,7 @@ def sync_engine():
 
 def save_checkpoint(step, reason):
     """Every rank joins the gathers; rank 0 writes (ckpt.py: atomic, keeps the newest keep_ckpts)."""
-    weights = get_model_state_dict(policy, options=FULL_CPU) if fsdp else policy.state_dict()
-    opt_state = get_optimizer_state_dict(policy, opt, options=FULL_CPU) if fsdp else opt.state_dict()
+    weights, opt_state = ckpt.full_state(policy, opt, fsdp)
     rng = gather(ckpt.rng_state())
     if master:
         state = {name: obj.state_dict() for name, obj in run_state.items()}
@@ -189,32 +179,10 @@ def save_checkpoint(step, reason):
 
 # -------------------------------------------------------------- resume
 start_step, redraws, log_mode = 0, 0, "w"
-if cfg.resume:
-    path, weights, trainer, saved = ckpt.load(cfg.resume, cfg.out_dir, policy.config.tie_word_embeddings,
-                                              not fsdp or master)
-    # rank 0 reads the files and broadcasts: 8 host copies of a 7B model and its AdamW state would not fit
-    if fsdp:
-        from_rank0 = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-        set_model_state_dict(policy, weights, options=from_rank0)
-        set_optimizer_state_dict(policy, opt, trainer["opt"], options=from_rank0)
-    else:
-        policy.load_state_dict(weights)
-        opt.load_state_dict(trainer["opt"])
-    ckpt.set_rng_state(trainer["rng"][rank] if rank < len(trainer["rng"]) else trainer["rng"][0])
-    for name, obj in run_state.items():
-        if name in saved.get("state", {}):
-            obj.load_state_dict(saved["state"][name])
-        elif master:
-            print(f"[resume] warning: {path} holds no '{name}' state; it starts afresh")
-    start_step, redraws, log_mode = saved["step"], saved["redraws"], "a"
-    # summary.json's wall_s: every process of the run up to its last checkpoint
-    t_start -= saved.get("wall_s", 0.0)
+if cfg.resume:  # weights, AdamW, RNGs and run_state put back (plumbing/ckpt.py)
+    start_step, redraws, wall_s = ckpt.resume(cfg, policy, opt, run_state, fsdp, rank, master)
+    t_start, log_mode = t_start - wall_s, "a"  # summary.json's wall_s: every process of the run
     sync_engine()
-    if master:
-        print(f"[resume] {path}: continuing at step {start_step}")
-        # a silent change would splice two experiments into one run
-        for change in ckpt.changed_flags(path, cfg):
-            print(f"[resume] warning: the checkpoint was trained with other flags, {change}")
 
 if master:
     os.makedirs(cfg.out_dir, exist_ok=True)
@@ -227,20 +195,7 @@ if master:
         import wandb
         run_config = json.load(open(os.path.join(cfg.out_dir, "config.json")))
         wandb_run = wandb.init(project="agent-g2", config=run_config)
-
-stop_requested = False
-
-
-def on_signal(signum, frame):  # finish the current step, checkpoint, exit; a second signal aborts
-    global stop_requested
-    if stop_requested:
-        raise KeyboardInterrupt
-    stop_requested = True
-    print(f"\n[rank {rank}: signal {signum}] every rank stops after this step; a checkpoint will be written")
-
-
-signal.signal(signal.SIGTERM, on_signal)
-signal.signal(signal.SIGINT, on_signal)
+ckpt.catch_signals(rank)  # SIGTERM / SIGINT: every rank stops after the current step, with a checkpoint
 
 
 def run_eval(step):
@@ -269,8 +224,6 @@ def scheduler_view(tasks, task_hints):
 
 
 # -------------------------------------------------------------- the loop
-from tqdm import tqdm  # noqa: E402
-
 if start_step == 0:
     run_eval(0)
 bad, stopped = 0, False
@@ -350,7 +303,7 @@ for step in bar:
     # 7. evaluation and checkpoints; a signal to any rank stops every rank after the same step
     if step + 1 < cfg.steps:
         run_eval(step + 1)
-    stopped = all_max(int(stop_requested), ddp) > 0
+    stopped = all_max(int(ckpt.stop_requested()), ddp) > 0
     if stopped or (cfg.ckpt_every and (step + 1) % cfg.ckpt_every == 0) or step + 1 == cfg.steps:
         save_checkpoint(step + 1, "signal" if stopped else "periodic")
     if stopped:

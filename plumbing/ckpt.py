@@ -13,14 +13,17 @@ read back on resume.
     python train.py --resume auto            # the newest complete checkpoint in --out_dir
     python train.py --resume DIR             # that one
 
-The caller gathers the full (unsharded) weights and optimizer state first; these functions only touch the disk
-and the process RNGs, so DDP, FSDP and single-process runs share them.
+save() takes the full (unsharded) weights and optimizer state (full_state gathers FSDP2's shards);
+resume() puts a checkpoint back into the policy, AdamW, the RNGs and train.py's run state under DDP, FSDP
+or one process.
+catch_signals() / stop_requested(): SIGTERM or SIGINT ends a run after its step, with a checkpoint.
 """
 import dataclasses
 import json
 import os
 import random
 import shutil
+import signal
 import sys
 
 import numpy as np
@@ -37,6 +40,16 @@ def set_rng_state(r):
     random.setstate(r["python"])
     np.random.set_state(r["numpy"])
     torch.set_rng_state(r["torch"])
+
+
+def full_state(policy, opt, fsdp):
+    """-> (weights, optimizer state) whole, for save(): FSDP2's shards gathered into rank 0's RAM."""
+    if not fsdp:
+        return policy.state_dict(), opt.state_dict()
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_optimizer_state_dict)
+    full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_model_state_dict(policy, options=full), get_optimizer_state_dict(policy, opt, options=full)
 
 
 def save(out_dir, step, policy, tok, weights, trainer, state, cfg, keep):
@@ -151,3 +164,52 @@ def load(resume, out_dir, tie_word_embeddings, weights=True):
     if not weights:
         trainer["opt"] = {}
     return path, sd, trainer, json.load(open(os.path.join(path, "state.json")))
+
+
+def resume(cfg, policy, opt, run_state, fsdp, rank, master):
+    """--resume: the checkpoint's weights, AdamW state, this rank's RNG states and the run state ({name:
+    object with state_dict / load_state_dict}) put back in place. Under FSDP rank 0 reads the files and
+    broadcasts (8 host copies of a 7B model and its AdamW state would not fit). Warns about flags that changed
+    since (a silent change would splice two experiments into one run). -> (step, redraws, wall_s so far)."""
+    path, weights, trainer, saved = load(cfg.resume, cfg.out_dir, policy.config.tie_word_embeddings,
+                                         not fsdp or master)
+    if fsdp:
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                             set_optimizer_state_dict)
+        from_rank0 = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        set_model_state_dict(policy, weights, options=from_rank0)
+        set_optimizer_state_dict(policy, opt, trainer["opt"], options=from_rank0)
+    else:
+        policy.load_state_dict(weights)
+        opt.load_state_dict(trainer["opt"])
+    set_rng_state(trainer["rng"][rank] if rank < len(trainer["rng"]) else trainer["rng"][0])
+    for name, obj in run_state.items():
+        if name in saved.get("state", {}):
+            obj.load_state_dict(saved["state"][name])
+        elif master:
+            print(f"[resume] warning: {path} holds no '{name}' state; it starts afresh")
+    if master:
+        print(f"[resume] {path}: continuing at step {saved['step']}")
+        for change in changed_flags(path, cfg):
+            print(f"[resume] warning: the checkpoint was trained with other flags, {change}")
+    return saved["step"], saved["redraws"], saved.get("wall_s", 0.0)
+
+
+_stop = []  # the signals received
+
+
+def catch_signals(rank):
+    """SIGTERM / SIGINT: finish the current step, checkpoint, exit (train.py asks stop_requested() after each
+    step, all-reduced so every rank stops after the same one); a second signal aborts at once."""
+    def on_signal(signum, frame):
+        if _stop:
+            raise KeyboardInterrupt
+        _stop.append(signum)
+        print(f"\n[rank {rank}: signal {signum}] every rank stops after this step; a checkpoint will be "
+              "written")
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+
+def stop_requested():
+    return bool(_stop)

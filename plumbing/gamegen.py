@@ -22,6 +22,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import re
 import shutil
 import sys
 import sysconfig
@@ -428,8 +429,18 @@ def builtin_root(cache):
     return root
 
 
+def grammar_goal(grammar):
+    """The goal a game states, read from its TextWorld grammar (game.tw-pddl's "grammar": the rule "task",
+    whose one rhs the intro shows as 'Your task is to: put a cool plate in cabinet.') -> 'put a cool plate in
+    cabinet.', the text a reset shows (envs.task_text); '' when the grammar has no such rule."""
+    m = re.search(r'"task":\s*\[\s*\{\s*"rhs":\s*"((?:[^"\\]|\\.)*)"', grammar)
+    text = json.loads(f'"{m.group(1)}"') if m else ""
+    i = text.find("Your task is to:")
+    return text[i + len("Your task is to:"):].strip() if i >= 0 else ""
+
+
 def load_tasks(split, games="builtin", cache=None, task_types=None, verbose=False, keep_unhinted=False):
-    """Sorted, deterministic list of tasks: {id, gamefile, task_type, walkthrough, L}. Skips unsolvable,
+    """Sorted, deterministic list of tasks: {id, gamefile, task_type, goal, walkthrough, L}. Skips unsolvable,
     'movable' and 'Sliced' games, as alfworld does. A solvable game without a walkthrough is kept with
     walkthrough [] and L 0 when keep_unhinted (a self hint source can hint it later), else refused."""
     root = builtin_root(cache or default_cache()) if games == "builtin" else official_root()
@@ -451,7 +462,7 @@ def load_tasks(split, games="builtin", cache=None, task_types=None, verbose=Fals
         if not walk:
             unhinted.append(os.path.relpath(d, root))
         tasks.append({"id": os.path.relpath(d, root), "gamefile": gf, "task_type": tt,
-                      "walkthrough": walk, "L": len(walk)})
+                      "goal": grammar_goal(g["grammar"]), "walkthrough": walk, "L": len(walk)})
     if unhinted and not keep_unhinted:
         raise ValueError(f"{games} {split}: {len(unhinted)} games without a walkthrough "
                          f"(e.g. {unhinted[0]}); the expert hint source has nothing to replay for them. "

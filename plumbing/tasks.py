@@ -1,7 +1,8 @@
 """The tasks: a split's tasks from the configured environment's registry entry (envs.ENVS), the training
 subset, the batch order, and a warning for length clusters that can never hold a task.
 
-    tasks = tasks_for(cfg, "train")   # [{"id", "gamefile", "task_type", "walkthrough", "L"(, "thinks")}]
+    tasks = tasks_for(cfg, "train")   # [{"id", "gamefile", "task_type", "goal", "walkthrough", "L"
+                                      #   (, "thinks")}]
     # the step's |B| tasks: a pure function of the step (resume)
     idx = batch_indices(step, B, len(tasks), seed)
     python envs.py stats              # split sizes + expert lengths (length_table)

@@ -546,6 +546,7 @@ def load_webshop_tasks(split, spec, cache=None, expert_data="", verbose=False, o
         if i in experts:
             tasks.append({"id": f"webshop-{spec['backend']}/{i}", "gamefile": i,
                           "task_type": env.goals[i].get("category", "webshop"),
+                          "goal": env.goals[i]["instruction_text"],
                           "walkthrough": experts[i]["walkthrough"],
                           "thinks": experts[i]["thinks"], "L": experts[i]["L"]})
             continue
@@ -560,7 +561,8 @@ def load_webshop_tasks(split, spec, cache=None, expert_data="", verbose=False, o
             continue  # no reward-1 demonstration: no hints to give
         g = env.goals[i]
         tasks.append({"id": f"webshop-{spec['backend']}/{i}", "gamefile": i,
-                      "task_type": g.get("category", "webshop"), "walkthrough": walk, "L": len(walk)})
+                      "task_type": g.get("category", "webshop"), "goal": g["instruction_text"],
+                      "walkthrough": walk, "L": len(walk)})
     if path:  # atomic: every rank writes the same content
         json.dump(walks, open(path + f".{os.getpid()}", "w"))
         os.replace(path + f".{os.getpid()}", path)

@@ -256,6 +256,19 @@ def test_official_loader(tmp_path, monkeypatch):
         load_tasks("valid_seen", games="official")
 
 
+def test_the_goal_is_read_from_the_games_grammar():
+    """A task dict's goal comes from its game's TextWorld grammar, the rule "task" (the sentence a reset shows:
+    tests/test_eval.py checks it against reset on 8 games and 6 WebShop goals)."""
+    from plumbing.gamegen import grammar_goal
+    grammar = ('grammar :: """\n    {\n        "intro": [{"rhs": "-= Welcome =-\\n\\n#task#"}],\n'
+               '        "task": [\n            {\n                "rhs": "Your task is to: put a \\"cool\\" '
+               'plate in cabinet."\n            }\n        ],\n        "x": [{"rhs": "Your task is to: no."}]\n'
+               '    }\n""";')
+    assert grammar_goal(grammar) == 'put a "cool" plate in cabinet.'
+    assert grammar_goal('grammar :: """{"intro": [{"rhs": "hello"}]}""";') == ""
+    assert all(t["goal"] and "#" not in t["goal"] for t in load_tasks("valid_seen"))
+
+
 def test_batch_indices_epochs_and_resume():
     B, N = 8, 20  # an epoch is 2.5 batches: batches straddle epoch boundaries
     seq = [i for s in range(10) for i in batch_indices(s, B, N, seed=3)]

@@ -125,10 +125,11 @@ def test_panel_expert_random_and_determinism(tmp_path):
     tasks = load_tasks("valid_unseen")[::6]  # 8 games, every task type
     pool = EnvPool(2)
     try:
-        # the goal sentence as the compact prompt shows it, to find each game's walkthrough
+        # the task dict's goal (read from the game's grammar) is the sentence a reset shows: the scripted
+        # policy finds each game's walkthrough by it
         got = pool.run([("reset", 10**6 + j, t["gamefile"], []) for j, t in enumerate(tasks)])
         pool.run([("close", 10**6 + j) for j in range(len(tasks))])
-        tasks = [{**t, "goal": g["task"]} for t, g in zip(tasks, got)]
+        assert [t["goal"] for t in tasks] == [g["task"] for g in got] and all(t["goal"] for t in tasks)
         cfg = dataclasses.replace(Config(), prompt="compact", constrained=True, max_steps=20, max_prompt_tokens=768,
                                   max_new_tokens=32, model="scripted")
         exp = panel(ScriptedPolicy(tok, tasks), pool, tok, tasks, cfg, [0], 0.0, str(tmp_path / "expert.json"))
@@ -159,7 +160,7 @@ def test_webshop_panel_reports_success_and_score(tmp_path):
     pool = EnvPool(1, env_spec(cfg))
     try:
         got = pool.run([("reset", 10**6 + j, t["gamefile"], []) for j, t in enumerate(tasks)])
-        tasks = [{**t, "goal": g["task"]} for t, g in zip(tasks, got)]
+        assert [t["goal"] for t in tasks] == [g["task"] for g in got]  # the task dict's goal, as reset shows it
         exp = panel(ScriptedPolicy(tok, tasks), pool, tok, tasks, cfg, [0], 0.0, str(tmp_path / "expert.json"))
         assert exp["mean"] == 1.0 and exp["score_mean"] == 100.0
         hasty = [{**t, "walkthrough": t["walkthrough"][:2] + ["click[buy now]"]} for t in tasks]  # no options
