@@ -55,17 +55,21 @@ def test_each_verdict_by_hand():
 
 
 def test_the_runs_table_by_hand():
-    """Two runs of §9 and one kept row: the kept one is left out; starts are date - wall (02:57 - 58 min =
-    01:59:00; 23:41 - 22.5 min = 23:18:30); the total 80.5 min."""
+    """Three runs of §9 and one kept row: the kept one is left out; starts are date - wall (02:57 - 58 min =
+    01:59:00; 23:41 - 22.5 min = 23:18:30; 05:50 - 37.5 min = 05:12:30, resumed: marked); the total 118
+    min."""
     from tools.why import runs_table
     post = {"g2": {0: {"git_commit": "8d795fa", "date": "2026-12-04 23:41 UTC", "wall_s": 1350.0}},
             "grpo": {0: {"git_commit": "cc749d5", "date": "2026-12-03 10:00 UTC", "wall_s": 900.0}}}
-    why = {"hint_free": {1: {"git_commit": "e615e3d", "date": "2026-12-05 02:57 UTC", "wall_s": 3480.0}}}
+    why = {"hint_free": {1: {"git_commit": "e615e3d", "date": "2026-12-05 02:57 UTC", "wall_s": 3480.0}},
+           "aux_only": {0: {"git_commit": "e615e3d", "date": "2026-12-05 05:50 UTC", "wall_s": 2250.0,
+                            "cfg": {"resume": "auto"}}}}
     assert runs_table(post, why) == [
         "| run | commit | start (UTC, within a minute after) | wall (min) |", "|---|---|---|---:|",
         "| mix6/g2/s0 | 8d795fa | 2026-12-04 23:18:30 | 22.5 |",
         "| why/hint_free/s1 | e615e3d | 2026-12-05 01:59:00 | 58.0 |",
-        "| all 2 runs | | | 80.5 |"]
+        "| why/aux_only/s0 | e615e3d | 2026-12-05 05:12:30 (resumed: began earlier) | 37.5 |",
+        "| all 3 runs | | | 118.0 |"]
 
 
 def test_the_block_in_docs_results_is_what_tools_why_prints():

@@ -111,7 +111,9 @@ def verdicts(pre, post, why):
 def runs_table(post, why, kept="cc749d5"):
     """Markdown lines: each of §9's runs (post's not at the kept rows' commit, and why's), oldest start first:
     folder, commit, start (UTC), wall minutes; then the total wall time. A summary's date has minute
-    precision, so a run started within the minute after the start shown."""
+    precision, so a run started within the minute after the start shown. A resumed run (its config's
+    --resume set) is marked: its wall time counts each process up to its last checkpoint, so it began before
+    the start shown."""
     import datetime
     rows = []
     for folder, runs in (("mix6", post), ("why", why)):
@@ -121,8 +123,10 @@ def runs_table(post, why, kept="cc749d5"):
                     continue
                 end = datetime.datetime.strptime(s["date"], "%Y-%m-%d %H:%M UTC")
                 start = end - datetime.timedelta(seconds=s["wall_s"])
-                rows.append((start, f"| {folder}/{method}/s{seed} | {s['git_commit']} | "
-                                    f"{start:%Y-%m-%d %H:%M:%S} | {s['wall_s'] / 60:.1f} |", s["wall_s"]))
+                resumed = " (resumed: began earlier)" if s.get("cfg", {}).get("resume") else ""
+                cells = [f"{folder}/{method}/s{seed}", s["git_commit"], f"{start:%Y-%m-%d %H:%M:%S}{resumed}",
+                         f"{s['wall_s'] / 60:.1f}"]
+                rows.append((start, "| " + " | ".join(cells) + " |", s["wall_s"]))
     rows.sort(key=lambda r: r[0])
     return (["| run | commit | start (UTC, within a minute after) | wall (min) |", "|---|---|---|---:|"]
             + [r[1] for r in rows]
