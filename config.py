@@ -522,7 +522,7 @@ def get_config(argv=None, description="", extra=None, base=None):
 # ---- the one lookup: the core reaches variants/ through here alone, once, at setup
 def variant(kind, name):
     """The object class that the config names for a fork point: `name` in the REGISTRY dict of
-    variants/<kind>.py (rules, hints, losses, replies, players), or 'module:Class', a file of your own,
+    variants/<kind>.py (rules, hints, losses, players), or 'module:Class', a file of your own,
     importable from the working directory. An unknown name raises ValueError in one line."""
     if ":" in name:
         return load_class(name, name)

@@ -27,12 +27,12 @@ import sys
 import numpy as np
 
 from plumbing.report import dynamics, env_label, table, wilson
-from rollout import make_reply, rollout
+from rollout import Reply, rollout
 
 
 def evaluate(engine, pool, tok, tasks, cfg, seed=0, temperature=0.0, reply=None, keys=None):
     """Hint-free, one episode per task, greedy (temperature 0) or sampled, replies read by `reply` (the run's
-    rule, rollout.make_reply; None: the plain one); keys: each task's sampling key (--sample_streams episode;
+    rule, rollout.Reply; None: Reply(cfg)); keys: each task's sampling key (--sample_streams episode;
     None: the engine's stream from `seed`). -> {"success", "n", "won", "score" (100 x mean raw reward:
     WebShop's score; ALFWorld's equals success), "per_type": {type: success}, "per_type_won": {type: [won,
     n]}, "invalid", "out": the rollout output (rows + episodes, for transcripts)}."""
@@ -291,7 +291,7 @@ def main():
                                                  f"{'greedy' if temp == 0 else f't{temp:g}'}.json")
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         r = panel(engine, pool, tok, tasks, cfg, args.seeds, temp, out, "authors" if authors else "panel",
-                  make_reply(cfg))
+                  Reply(cfg))
         pool.close()
         what = (f"the authors' draw of {cfg.authors_episodes} episodes over {len(tasks)}" if authors else
                 f"every one of {len(tasks)}")

@@ -10,7 +10,7 @@ nanoGPT's model.py does; tests/test_grpo.py checks each piece on toy inputs and 
     lp = token_logprobs(logits, targets, options, temperature)    # [b, T] log pi(a_t | s, a_<t)
     w = agg_weights("episode", row_tokens, episode_tokens, n_tokens, n_rows, n_episodes)   # [b]
     loss, stats = policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp, kl_coef)
-    terms = make_terms(cfg, ref)        # the loss terms, at setup: PolicyTerm, AuxTerm, variants/losses.py
+    terms = make_terms(cfg, ref)        # the loss terms, at setup: PolicyTerm, AuxTerm, Entropy, variants
     learn = Update(cfg, model, policy, ref, opt, tok, device, world, ddp, fsdp, prec, old_from_trainer, terms)
     out = learn.batch(rows, aux)        # -> {"pg", "kl", "entropy", "aux", "clipfrac", "ratio_dev",
                                         #     "update_rel", "grad_norm"(, "lp_diff_*", "lp_kl"), term stats}
@@ -47,12 +47,10 @@ def group_advantages(rewards, gid, keep=None, eps=1e-6):
     """GRPO advantage: (r - mean_g) / (std_g + eps) within each group g, with the unbiased (n - 1) std, as
     verl's torch.std. [ZJU-REAL/Agent-G2 verl/trainer/ppo/core_algos.py, compute_grpo_outcome_advantage]
     rewards [E] float, gid [E] long, keep [E] bool (False: an episode that hit an environment error; it leaves
-    its group's statistics and gets advantage 0). A group whose kept rewards are all equal gives 0.
-    A group with one kept reward gives 0 too, and counts as zero-variance. verl instead sets mean 0, std 1
-    there, so the lone reward becomes its own advantage (REINFORCE without a baseline, on the raw reward
-    scale: 10 for a win with reward_scale 10, against |adv| of about 1-3 elsewhere). verl meets that only in a
-    one-sample group (e.g. rollout.n = 1); here it only happens when errors removed the rest of the group, and
-    one outcome carries no relative signal.
+    its group's statistics and gets advantage 0). A group whose kept rewards are all equal gives 0, and so
+    does a group with one kept reward (counted zero-variance): verl sets mean 0, std 1 there, making the lone
+    reward its own advantage (10 for a win at reward_scale 10); verl meets it only with rollout.n = 1, here
+    only when errors removed the rest of the group, and one outcome carries no relative signal.
     -> (adv [E], number of zero-variance groups among the groups with a kept episode)."""
     rewards = rewards.double()
     keep = torch.ones_like(rewards, dtype=torch.bool) if keep is None else keep
@@ -223,18 +221,6 @@ def token_logprobs_entropy(logits, targets, options=None, temperature=1.0):
     return lp, torch.where((options >= 0).any(-1), h_opt, h)
 
 
-def step_rewards(won, invalid, reward_scale, invalid_penalty, level):
-    """Reward of each step row of one episode. won: bool; invalid: [n] bools, one per policy step.
-    traj (paper): every row gets the episode's reward, reward_scale * won - invalid_penalty * (number
-    invalid); step (released code): each row gets reward_scale * won - invalid_penalty * [this step was
-    invalid] (verl-agent's per-step invalid-action penalty). -> [n] floats."""
-    if level == "traj":
-        return [reward_scale * float(won) - invalid_penalty * sum(invalid)] * len(invalid)
-    if level == "step":  # [released]
-        return [reward_scale * float(won) - invalid_penalty * float(b) for b in invalid]
-    raise ValueError(f"unknown advantage level {level!r} (expected traj or step)")
-
-
 def agg_weights(agg, row_tokens, episode_tokens, n_tokens, n_rows, n_episodes):
     """Weight of each token of each row so that loss = sum_rows w_row * sum_t tok_loss_t is the aggregation's
     mean. row_tokens [b]: response tokens of the row; episode_tokens [b]: response tokens of the row's whole
@@ -258,19 +244,14 @@ def agg_weights(agg, row_tokens, episode_tokens, n_tokens, n_rows, n_episodes):
     raise ValueError(f"unknown loss aggregation {agg!r} (expected one of {AGGS})")
 
 
-def policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp=None, kl_coef=0.0, tis=None, dual_clip=0.0,
-                entropy=None, entropy_coef=0.0):
+def policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp=None, kl_coef=0.0, tis=None, dual_clip=0.0):
     """Clipped GRPO surrogate + k3 KL to the reference, aggregated with per-row token weights.
     lp, old_lp, ref_lp, mask [b, T]; adv, w [b]. The sign: minimising this raises log pi of tokens with
     positive advantage. -> (loss, stats) with stats = weighted pg and kl terms, clip fraction and max |ratio -
     1| (pg, kl: weighted like the loss; clipped: a token count; all add up over micro-batches and ranks).
-    tis [b, T] (beyond the paper, --tis_cap): a truncated importance weight min(pi_old / pi_engine, C) on the
-      pg term, for the mismatch between the engine that sampled and the trainer that scores (constant, no
-      gradient).
+    tis [b, T] (--tis_cap, variants/losses.py): a per-token weight on the pg term (constant, no gradient).
     dual_clip c > 1 (verl's clip_ratio_c): for a negative advantage the pg term is capped at -A * c, so a
-      token whose ratio has run far past 1 + eps cannot dominate the loss. 0 = off.
-    entropy [b, T] (token_logprobs_entropy) with entropy_coef: - coef * H per token, aggregated like the pg
-      term (verl's entropy_coeff): minimising the loss raises the entropy."""
+      token whose ratio has run far past 1 + eps cannot dominate the loss. 0 = off."""
     ratio = torch.exp(lp - old_lp)  # [b, T]
     a = adv[:, None]  # [b, 1]
     pg = -torch.min(ratio * a, torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * a)  # [b, T]
@@ -287,23 +268,20 @@ def policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp=None, kl_coef=0.0, ti
         d = (ref_lp - lp).clamp(-20.0, 20.0)
         kl = (torch.exp(d) - d - 1).clamp(-10.0, 10.0)  # >= 0
         tok = pg + kl_coef * kl
-    ent = torch.zeros_like(lp) if entropy is None else entropy
-    tok = tok - entropy_coef * ent
     W = w[:, None] * mask  # [b, T]
     loss = (tok * W).sum()
     with torch.no_grad():
         clipped = (((ratio - 1).abs() > clip_eps).float() * mask).sum().item()
         dev = ((ratio - 1).abs() * mask).max().item() if mask.any() else 0.0
-        stats = {"pg": (pg * W).sum().item(), "kl": (kl * W).sum().item(), "entropy": (ent * W).sum().item(),
-                 "clipped": clipped, "ratio_dev": dev}
+        stats = {"pg": (pg * W).sum().item(), "kl": (kl * W).sum().item(), "clipped": clipped,
+                 "ratio_dev": dev}
     return loss, stats
 
 
 def logprob_mismatch(old_lp, engine_lp, mask):
     """Engine vs trainer on the sampled tokens ([b, T] each): mean and max |delta log p| and the k3 estimate
-    of
-    KL(engine || trainer) (the tokens are the engine's samples). -> (sum |d|, max |d|, sum k3, token count),
-    sums so they add over micro-batches and ranks."""
+    of KL(engine || trainer) (the tokens are the engine's samples). -> (sum |d|, max |d|, sum k3, token
+    count), sums so they add over micro-batches and ranks."""
     d = (old_lp - engine_lp) * mask  # [b, T]
     k3 = (torch.exp(d) - d - 1) * mask
     return (d.abs().sum().item(), d.abs().max().item() if mask.any() else 0.0, k3.sum().item(),
@@ -408,6 +386,22 @@ class AuxTerm(Term):
         return loss, {"aux": loss.item() / w}  # = local sum / global count
 
 
+class Entropy(Term):
+    """The entropy bonus (verl's entropy_coeff; --preset paper sets 0.001 as the authors' code base does):
+    - entropy_coef * sum_t w H_t over the step rows' tokens (w: --loss_agg's weights), so minimising the loss
+    raises the entropy of the sampled distribution (trie-restricted where the engine was). Logged: the
+    weighted entropy itself (as "entropy")."""
+    stats, entropy, zero_adv = ("entropy",), True, True
+
+    def __init__(self, cfg):
+        self.coef, self.agg = cfg.entropy_coef, cfg.loss_agg
+
+    def __call__(self, mb):
+        W = mb.weights(self.agg)[:, None] * mb.mask  # [b, T]
+        h = (mb.entropy * W).sum()
+        return -self.coef * h, {"entropy": h.item()}
+
+
 def needs_reference(cfg):
     """A reference model is loaded only for the term that reads it: the pg term's KL (--kl_coef > 0 under
     --mode grpo); aux_only and the SFT modes have no pg term."""
@@ -416,9 +410,10 @@ def needs_reference(cfg):
 
 def make_terms(cfg, ref=None):
     """The run's loss terms, chosen once from the config: the paper's L = L_GRPO + eta L_aux (PolicyTerm,
-    AuxTerm) and the variants (variants/losses.py, through config.variant): --mode aux_only | sft_*,
-    --tis_cap, --aux_agg prefix-mean, --entropy_coef, and --loss_terms (comma-separated names or
-    module:Class, each built as Class(cfg)). ref: the reference model (None: no KL)."""
+    AuxTerm) with the entropy bonus (Entropy, --entropy_coef > 0), and the variants (variants/losses.py,
+    through config.variant): --mode aux_only | sft_*, --tis_cap, --aux_agg prefix-mean, and --loss_terms
+    (comma-separated names or module:Class, each built as Class(cfg)). ref: the reference model (None: no
+    KL)."""
     from config import variant
     if cfg.mode != "grpo":  # [baseline] no pg term, the aux NLL alone
         terms = [variant("losses", "sft")(cfg)]
@@ -427,7 +422,7 @@ def make_terms(cfg, ref=None):
                  else PolicyTerm(cfg, ref is not None)]
         aux = AuxTerm if cfg.aux_agg == "token-mean" else variant("losses", cfg.aux_agg)
         terms += [aux(cfg)] if cfg.eta > 0 else []
-        terms += [variant("losses", "entropy")(cfg)] if cfg.entropy_coef > 0 else []
+        terms += [Entropy(cfg)] if cfg.entropy_coef > 0 else []
     return terms + [variant("losses", name)(cfg) for name in cfg.loss_terms.split(",") if name]
 
 

@@ -2,7 +2,7 @@
 group, prompts, replies and their reward (the reply rule), two engines (vLLM, HF generate) behind one
 interface, the vLLM weight sync, and the rollout loop over the env pool.
 
-    hints, reply = make_hints(cfg, tasks), make_reply(cfg)   # at setup: ExpertSource, Reply or a variant's
+    hints, reply = make_hints(cfg, tasks), Reply(cfg)   # at setup (hints: ExpertSource or a variant's)
     out = rollout(engine, pool, tok, [group(task, hints.hint(task), n, R)], cfg, seed, reply)
     out["rows"]      per-step training rows (prompt ids, response ids, engine log-probs, group / episode /
                      step, valid, reward)
@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import random
+import re
 import time
 import warnings
 from typing import NamedTuple
@@ -196,36 +197,40 @@ def parse_action(text, finished=True):
     return a or None
 
 
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
 class Reply:
-    """The plain reply rule (the CPU presets'), chosen once at setup (make_reply) and passed to rollout(),
-    whose loop reads no flag of its own. A reply rule has read(text, finished) -> (the action to play or None,
-    the reply counts as valid); reward(won, n_invalid) -> the episode's reward; row_rewards(won, invalid: a
-    bool per step row) -> one reward per row; adv_level: "traj" (advantages from episode rewards,
-    grpo.row_advantages) | "step". Here: parse_action; the 0/1 outcome on every row. --preset paper reads
-    replies as the authors' code does: variants/replies.py."""
-    adv_level = "traj"
+    """The reply rule, built once at setup from its flags and passed to rollout(), whose loop reads no flag
+    of its own: read(text, finished) -> (the action to play or None, the reply counts as valid);
+    reward(won, n_invalid) -> the episode's reward; row_rewards(won, invalid: a bool per step row) -> one
+    reward per row; adv_level "traj" (advantages from episode rewards, grpo.row_advantages) | "step".
+    At the defaults (the CPU presets): parse_action, the 0/1 outcome on every row. --preset paper reads as the
+    authors' projection does [agent_system/environments/env_package/webshop/projection.py, verl-agent's
+    alfworld_projection]: --parse_lower reads the lower-cased reply; --parse_think counts a reply without
+    <think>...</think>, or with a CJK character, invalid (still played). reward = --reward_scale * won -
+    --invalid_penalty * invalid steps, on every row (traj) or won minus the row's own penalty (step,
+    the released code's: verl-agent's per-step invalid-action penalty)."""
+
+    def __init__(self, cfg):
+        self.lower, self.think = cfg.parse_lower, cfg.parse_think
+        self.scale, self.penalty, self.adv_level = cfg.reward_scale, cfg.invalid_penalty, cfg.adv_level
 
     def read(self, text, finished):
+        text = text.lower() if self.lower and isinstance(text, str) else text
         action = parse_action(text, finished)
-        return action, action is not None
+        ok = action is not None
+        if ok and self.think:
+            ok = "<think>" in text and "</think>" in text and not CJK.search(text)
+        return action, ok
 
     def reward(self, won, n_invalid):
-        return float(won)
+        return self.scale * float(won) - self.penalty * n_invalid
 
     def row_rewards(self, won, invalid):
-        return [float(won)] * len(invalid)
-
-
-PLAIN_REPLY = {"parse_lower": False, "parse_think": False, "reward_scale": 1.0, "invalid_penalty": 0.0,
-               "adv_level": "traj"}  # a run with these reads replies with Reply
-
-
-def make_reply(cfg):
-    """Reply with every PLAIN_REPLY flag at its value here, else variants/replies.py's (config.variant)."""
-    if all(getattr(cfg, k) == v for k, v in PLAIN_REPLY.items()):
-        return Reply()
-    from config import variant
-    return variant("replies", "authors")(cfg)
+        if self.adv_level == "traj":
+            return [self.reward(won, sum(invalid))] * len(invalid)
+        return [self.scale * float(won) - self.penalty * float(b) for b in invalid]  # [released]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -543,8 +548,8 @@ episode_ids = itertools.count(1)  # one id per episode this process plays: the e
 def rollout(engine, pool, tok, groups, cfg, seed=0, reply=None):
     """Run every group's R episodes to the end. groups: [{"task", "n": prefix length, "R", "prefix": the n
     hint actions to replay, "thinks": theirs (may be empty), "text": the hint's text for the prompt (may be
-    absent)}] (group builds one). reply: the reply rule chosen at setup (make_reply; None: the paper's)."""
-    reply = Reply() if reply is None else reply
+    absent)}] (group builds one). reply: the reply rule built at setup (None: Reply(cfg))."""
+    reply = Reply(cfg) if reply is None else reply
     st = dict(rollouts=0, env_steps=0, gen_tokens=0, t_gen=0.0, t_env=0.0, prompts=0, truncated=0, invalid=0,
               errors=0, prefix_steps=0)
     t_start = time.time()

@@ -43,7 +43,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from envs import EnvPool, env_spec  # noqa: E402
 from eval import eval_sets, eval_splits, evals_due, in_loop_eval, write_transcripts  # noqa: E402
 from grpo import Update, lr_at, make_terms, needs_reference, row_advantages  # noqa: E402
-from rollout import (group_successes, make_engine, make_hints, make_player, make_reply,  # noqa: E402
+from rollout import (Reply, group_successes, make_engine, make_hints, make_player,  # noqa: E402
                      seed_all, sync_check)
 from scheduler import make_rule  # noqa: E402
 from plumbing.parallel import (  # noqa: E402
@@ -93,7 +93,7 @@ cut = lambda ts: [] if cfg.eval_games < 0 else ts[:cfg.eval_games] if cfg.eval_g
 val_sets = [(name, cut(tasks_for(cfg, split, verbose=master))) for name, split in eval_splits(cfg)]
 panel = [train_tasks[i] for i in np.random.default_rng(1234).permutation(len(train_tasks))[:cfg.train_panel]]
 hints = make_hints(cfg, train_tasks)  # every prefix comes from it: rollout.ExpertSource or variants/hints.py
-reply = make_reply(cfg)  # how a reply is read and rewarded: rollout.Reply or variants/replies.py
+reply = Reply(cfg)  # how a reply is read and rewarded (rollout.Reply: its flags)
 
 
 def hint_len(hint):  # L: the length of a hint's actions; None without any (played at depth 0)

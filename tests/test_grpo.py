@@ -330,17 +330,22 @@ def test_adamw_update_norm_first_step_by_hand(wd, delta2):
 
 
 def test_step_rewards_traj_vs_step_level():
-    """traj: every row gets the episode's reward; step (released code): each row its own invalid penalty."""
-    from grpo import step_rewards
+    """rollout.Reply's row rewards. traj: every row gets the episode's reward; step (released code): each row
+    its own invalid penalty."""
+    from types import SimpleNamespace
+    from config import get_config
+    from rollout import Reply
+    rule = lambda level: Reply(SimpleNamespace(parse_lower=False, parse_think=False, reward_scale=10.0,  # noqa: E731
+                                               invalid_penalty=0.1, adv_level=level)).row_rewards
     # a won episode of 3 steps, the middle one invalid; reward 10 * won - 0.1 * invalid
     # traj: 10 - 0.1 * 1 = 9.9 on every row; step: 10, 10 - 0.1 = 9.9, 10
-    assert step_rewards(True, [False, True, False], 10.0, 0.1, "traj") == pytest.approx([9.9, 9.9, 9.9])
-    assert step_rewards(True, [False, True, False], 10.0, 0.1, "step") == pytest.approx([10.0, 9.9, 10.0])
+    assert rule("traj")(True, [False, True, False]) == pytest.approx([9.9, 9.9, 9.9])
+    assert rule("step")(True, [False, True, False]) == pytest.approx([10.0, 9.9, 10.0])
     # a lost episode with two invalid steps of two: traj -0.2 each, step -0.1 each
-    assert step_rewards(False, [True, True], 10.0, 0.1, "traj") == pytest.approx([-0.2, -0.2])
-    assert step_rewards(False, [True, True], 10.0, 0.1, "step") == pytest.approx([-0.1, -0.1])
-    with pytest.raises(ValueError):
-        step_rewards(True, [False], 1.0, 0.0, "episode")
+    assert rule("traj")(False, [True, True]) == pytest.approx([-0.2, -0.2])
+    assert rule("step")(False, [True, True]) == pytest.approx([-0.1, -0.1])
+    with pytest.raises(SystemExit):  # an unknown level: a one-line error at start-up
+        get_config(["--adv_level", "episode"])
 
 
 def token_entropy(logits, options=None):
@@ -363,14 +368,15 @@ def test_token_entropy_full_and_restricted():
     assert token_entropy(z)[0, 0].item() == pytest.approx(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)), abs=1e-6)
 
 
-def test_policy_loss_entropy_bonus():
-    """loss = pg - coef * sum_t w H_t: with zero advantage only the entropy term is left, and its gradient raises H."""
-    from grpo import policy_loss
+def test_entropy_bonus_raises_the_entropy():
+    """grpo.Entropy: loss = - coef * sum_t w H_t, and its gradient raises H (one token, w = 1)."""
+    from types import SimpleNamespace
+    from config import get_config
+    from grpo import Entropy
     z = torch.tensor([[[2.0, 0.0, 0.0]]], requires_grad=True)  # one token, a peaked distribution over 3
-    lp = torch.log_softmax(z, -1)[..., 0]  # [1, 1]
-    H = token_entropy(z)
-    loss, st = policy_loss(lp, lp.detach(), torch.zeros(1), torch.ones(1, 1), torch.ones(1), 0.2,
-                           entropy=H, entropy_coef=0.5)
+    H = token_entropy(z)  # [1, 1]
+    mb = SimpleNamespace(entropy=H, mask=torch.ones(1, 1), weights=lambda agg: torch.ones(1))
+    loss, st = Entropy(get_config(["--entropy_coef", "0.5"]))(mb)
     assert loss.item() == pytest.approx(-0.5 * H.item()) and st["entropy"] == pytest.approx(H.item())
     loss.backward()
     assert z.grad[0, 0, 0] > 0  # descending the loss lowers the peaked logit: the distribution flattens
@@ -601,10 +607,10 @@ def test_terms_with_the_same_stat_name_are_refused(tiny):
 
 
 def test_entropy_term_by_hand():
-    """variants/losses.Entropy: - coef * sum_t w H_t, logged as sum_t w H_t (uniform over 4 tokens: H = log 4)."""
+    """grpo.Entropy: - coef * sum_t w H_t, logged as sum_t w H_t (uniform over 4 tokens: H = log 4)."""
     from types import SimpleNamespace
     from config import get_config
-    from variants.losses import Entropy
+    from grpo import Entropy
     term = Entropy(get_config(["--entropy_coef", "0.5", "--loss_agg", "seq-mean-token-sum"]))
     mb = SimpleNamespace(entropy=torch.full((2, 3), math.log(4)), mask=torch.tensor([[1.0, 1.0, 0.0], [1.0] * 3]),
                          weights=lambda agg: agg_weights(agg, torch.tensor([2, 3]), torch.tensor([2, 3]), 5, 2, 2))

@@ -9,7 +9,7 @@ import torch
 from config import Config
 from envs import EnvPool
 from plumbing.tasks import load_tasks
-from rollout import HFEngine, expert_reply, make_reply, parse_action, rollout, user_message
+from rollout import HFEngine, Reply, expert_reply, parse_action, rollout, user_message
 from tools.bench import encode_prompt
 
 
@@ -82,7 +82,7 @@ def test_scripted_expert_wins_and_garbage_fails(tiny, pool):
         assert all(r["valid"] for r in out["rows"]) and len(out["rows"]) == 3 * t["L"]
         c = cfg(max_steps=6, invalid_penalty=0.1)
         bad = rollout(ScriptedEngine(tok, t["walkthrough"], garbage=True), pool, tok, [grp(t, 0, 2)], c, 0,
-                      make_reply(c))
+                      Reply(c))
         assert [e["won"] for e in bad["episodes"]] == [False] * 2
         assert bad["stats"]["invalid"] == 12 and all(not r["valid"] for r in bad["rows"])
         assert [e["reward"] for e in bad["episodes"]] == pytest.approx([-0.6, -0.6])
@@ -282,9 +282,9 @@ def test_entropy_term_keeps_no_extra_vocab_sized_tensor(tiny):
     storage with saved_tensors_hooks), without and with the entropy term. By hand: the log-probs alone keep one
     fp32 [rows, tokens, vocab] tensor (4 b n V bytes); the entropy from the same log_softmax adds [rows, tokens]
     tensors only, far below a quarter of one such tensor (a second copy of the logits would add 4 b n V)."""
+    from types import SimpleNamespace
     from transformers import AutoModelForCausalLM
-    from grpo import policy_loss
-    from grpo import response_logprobs
+    from grpo import Entropy, policy_loss, response_logprobs
     path, tok = tiny
     m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     replies = ["<action>look</action>", "<think>go</think><action>go to desk 1</action>", "<action>inventory</action>"]
@@ -301,7 +301,10 @@ def test_entropy_term_keeps_no_extra_vocab_sized_tensor(tiny):
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             out = response_logprobs(m, rows, tok.pad_token_id, "cpu", 1.0, entropy)
             loss, _ = policy_loss(out[0], out[0].detach(), torch.tensor([1.0, -1.0, 0.5]), out[1], torch.full((b,), 0.1),
-                                  0.2, entropy=out[2] if entropy else None, entropy_coef=0.01)
+                                  0.2)
+            if entropy:  # the entropy bonus, as the update adds it (grpo.Entropy)
+                mb = SimpleNamespace(entropy=out[2], mask=out[1], weights=lambda agg: torch.full((b,), 0.1))
+                loss = loss + Entropy(SimpleNamespace(entropy_coef=0.01, loss_agg="token-mean"))(mb)[0]
         loss.backward()  # the saved tensors were what the backward needed
         return sum(kept.values())
     vocab_tensor = 4 * b * n * V
@@ -396,8 +399,8 @@ def test_an_over_long_prompt_drops_its_oldest_history_first(tiny):
     ("<think>no action</think>", True, True, (None, False)),
 ])
 def test_replies_read_as_the_authors_read_them(reply, lower, think, want):
-    """The reply rule make_reply picks (the paper's Reply with neither flag, else variants/replies.py's)."""
-    assert make_reply(cfg(parse_lower=lower, parse_think=think)).read(reply, True) == want
+    """rollout.Reply under --parse_lower / --parse_think (the authors' projection; both off: parse_action)."""
+    assert Reply(cfg(parse_lower=lower, parse_think=think)).read(reply, True) == want
 
 
 def test_expert_targets_carry_the_thinks_the_prompt_asks_for(tiny, pool):
@@ -541,31 +544,24 @@ def test_a_group_carries_its_hints_text_and_a_text_only_hint_replays_nothing():
         group(task, Hint([], [], "look first"), 1, 2)
 
 
-def test_the_reply_rule_is_the_papers_unless_a_flag_says_otherwise():
-    """make_reply: the paper's Reply (0/1 reward on every step row, 'traj') with every flag at its paper
-    value; any one flag off it, and the paper / released presets, get variants/replies.py's rule, whose
-    numbers are the flags' formulas exactly (grpo.step_rewards for the rows)."""
+def test_the_reply_rule_follows_its_flags():
+    """rollout.Reply: at the defaults the 0/1 outcome on every step row ('traj'); under the paper / released
+    presets' flags, reward_scale * won - invalid_penalty * invalid steps, on every row (traj) or won minus the
+    row's own penalty (step), worked by hand."""
     from config import get_config
-    from grpo import step_rewards
-    from rollout import Reply
-    from variants.replies import Authors
-    paper = make_reply(cfg())
-    assert type(paper) is Reply and paper.adv_level == "traj"
+    plain = Reply(cfg())
+    assert plain.adv_level == "traj"
     for won, invalid in ((True, [False, True, False]), (False, [True, True]), (True, []), (False, [False])):
-        assert paper.reward(won, sum(invalid)) == 1.0 * float(won) - 0.0 * sum(invalid)
-        assert paper.row_rewards(won, invalid) == step_rewards(won, invalid, 1.0, 0.0, "traj")
-    for flag, value in (("parse_lower", True), ("parse_think", True), ("reward_scale", 10.0),
-                        ("invalid_penalty", 0.1), ("adv_level", "step")):
-        assert type(make_reply(cfg(**{flag: value}))) is Authors, flag
-    for preset in ("paper", "released"):
-        c = get_config(["--preset", preset])
-        r = make_reply(c)
-        assert isinstance(r, Authors) and r.adv_level == c.adv_level
-        scale, penalty = c.reward_scale, c.invalid_penalty
-        for won, invalid in ((True, [False, True, False]), (False, [True, True]), (True, [])):
-            assert r.reward(won, sum(invalid)) == scale * float(won) - penalty * sum(invalid)
-            assert r.row_rewards(won, invalid) == step_rewards(won, invalid, scale, penalty, c.adv_level)
-    assert make_reply(get_config(["--preset", "released"])).reward(True, 2) == pytest.approx(9.8)
+        assert plain.reward(won, sum(invalid)) == float(won)
+        assert plain.row_rewards(won, invalid) == [float(won)] * len(invalid)
+    paper = get_config(["--preset", "paper"])
+    r = Reply(paper)
+    assert (r.lower, r.think, r.adv_level) == (True, True, paper.adv_level)
+    assert r.reward(True, 2) == paper.reward_scale - 2 * paper.invalid_penalty
+    released = Reply(get_config(["--preset", "released"]))  # reward_scale 10, invalid_penalty 0.1, step
+    assert released.reward(True, 2) == pytest.approx(9.8)
+    assert released.row_rewards(True, [False, True]) == pytest.approx([10.0, 9.9])
+    assert released.row_rewards(False, [True, True]) == pytest.approx([-0.1, -0.1])
 
 
 def test_a_turns_prompts_tokenised_at_once_are_the_prompts_one_at_a_time(tiny):

@@ -334,7 +334,7 @@ def bench_rollout(args):
     from config import cache_dir, get_config
     from envs import EnvPool, room_text
     from plumbing.tasks import load_tasks
-    from rollout import ExpertSource, HFEngine, group, make_reply, rollout, user_message
+    from rollout import ExpertSource, HFEngine, Reply, group, rollout, user_message
     from plumbing.tiny import tiny_path
     cfg = get_config(["--preset", "cpu"])
     path = tiny_path(cache_dir())
@@ -384,7 +384,7 @@ def bench_rollout(args):
           f"{'env steps':>10s}")
     for name, eng in engines.items():
         groups = [group(t, ExpertSource(tasks).hint(t), t["L"] // 2, 8) for t in tasks[:8]]
-        out = rollout(eng, pool, tok, groups, cfg, 0, make_reply(cfg))
+        out = rollout(eng, pool, tok, groups, cfg, 0, Reply(cfg))
         st = out["stats"]
         res[f"rollout_{name}"] = {k: st[k] for k in ("t_total", "t_gen", "t_env", "t_overhead", "env_steps")}
         print(f"{name:8s} {st['t_total']:7.1f} {st['t_gen']:11.1f} {st['t_env']:12.1f} "

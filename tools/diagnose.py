@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from rollout import ExpertSource, group, make_reply, rollout
+from rollout import ExpertSource, Reply, group, rollout
 
 
 def measure_curves(engine, pool, tok, tasks, cfg, grid, R, seed=0, chunk=64):
@@ -21,7 +21,7 @@ def measure_curves(engine, pool, tok, tasks, cfg, grid, R, seed=0, chunk=64):
     [...]}}"""
     from tqdm import tqdm
     from scheduler import prefix_len
-    source, reply = ExpertSource(tasks), make_reply(cfg)  # the expert trajectories the curves follow
+    source, reply = ExpertSource(tasks), Reply(cfg)  # the expert trajectories the curves follow
     pairs = sorted({(i, prefix_len(d, t["L"])) for i, t in enumerate(tasks) for d in grid})
     print(f"[diagnose] {len(tasks)} tasks x {len(grid)} depths -> {len(pairs)} groups x R={R} = "
           f"{len(pairs) * R} rollouts (temperature {cfg.temperature})")

@@ -1,8 +1,7 @@
-"""Loss terms beside the paper's (grpo.PolicyTerm, grpo.AuxTerm), each a grpo.Term chosen once at setup by
-grpo.make_terms through config.variant; the update sums whatever the active terms return.
+"""Loss terms beside the paper's (grpo.PolicyTerm, grpo.AuxTerm, grpo.Entropy), each a grpo.Term chosen once
+at setup by grpo.make_terms through config.variant; the update sums whatever the active terms return.
 
-  entropy      [beyond]   --entropy_coef c > 0: - c * H per policy token, aggregated like the pg term (verl's
-                          entropy_coeff); a zero-advantage row matters to it
+  entropy      grpo.Entropy, here by name too (--loss_terms entropy)
   prefix-mean  [released] --aux_agg prefix-mean: L_aux as the authors' prefix SFT (each row's token mean,
                           weight 1/n in its n-step prefix, normalised by the weights)
   sft          [baseline] --mode aux_only | sft_full | sft_prefix: no pg term, the aux NLL alone at weight 1
@@ -14,22 +13,7 @@ A term of your own: a grpo.Term subclass in a file of yours, --loss_terms file:C
 """
 import torch
 
-from grpo import AuxTerm, PolicyTerm, Term
-
-
-class Entropy(Term):
-    """- entropy_coef * sum_t w H_t over the step rows' tokens (w: --loss_agg's weights), so minimising the
-    loss raises the entropy of the sampled distribution (trie-restricted where the engine was). Logged: the
-    weighted entropy itself (as "entropy")."""
-    stats, entropy, zero_adv = ("entropy",), True, True
-
-    def __init__(self, cfg):
-        self.coef, self.agg = cfg.entropy_coef, cfg.loss_agg
-
-    def __call__(self, mb):
-        W = mb.weights(self.agg)[:, None] * mb.mask  # [b, T]
-        h = (mb.entropy * W).sum()
-        return -self.coef * h, {"entropy": h.item()}
+from grpo import AuxTerm, Entropy, PolicyTerm
 
 
 class PrefixMeanAux(AuxTerm):
