@@ -404,6 +404,22 @@ def test_an_evaluation_before_a_step_leaves_its_episodes_alone(tmp_path):
     assert len(got["0"]) == 2 and got["0"] == got["1"]
 
 
+def test_two_ranks_sample_the_episodes_one_process_samples(tmp_path):
+    """--sample_streams episode, sampled (T = 1): a 2-rank gloo run and one process play the same episodes for 3
+    steps: every field of the step records that is not a float (successes, tokens generated, invalid replies,
+    truncations, depths, per-type counts) equal, the floats (losses, update size: DDP sums in another order) to
+    1e-5 relative or 1e-6 absolute (pg is a sum near 0 at ratio 1)."""
+    common = ["--steps", "3", "--sample_streams", "episode", "--ckpt_every", "0", "--engine", "vllm"]
+    train(tmp_path / "ddp", *common, torchrun=2)
+    train(tmp_path / "single", *common)
+    ddp, single = records(tmp_path / "ddp"), records(tmp_path / "single")
+    assert len(ddp) == len(single) == 3
+    for a, b in zip(ddp, single):
+        for k in [k for k in b if not k.startswith("t_") and k not in ("mem_peak_gb",)]:
+            want = pytest.approx(b[k], rel=1e-5, abs=1e-6) if isinstance(b[k], float) else b[k]
+            assert a[k] == want, (a["step"], k)
+
+
 def test_the_hint_free_share_rule_trains_and_checkpoints(tmp_path):
     """--scheduler g2_hint_free (variants/hint_free.py) through train.py: every step's run state goes to JSON (the
     rank check) and into checkpoints; half of each batch's 4 tasks plays from the start."""
