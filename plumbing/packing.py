@@ -60,38 +60,41 @@ def packed_logits(model, rows, packs, n, pad_id, device):
     return as-is")."""
     seqs = []
     for pk in packs:
-        index, parent, depth, scored = {}, [], [], set()  # index: (parent node, token) -> node
-        paths = []
+        index, token, depth, scored = {}, [], [], set()  # index: (parent node, token) -> node
+        paths = []  # per row: its nodes, and how many of them (a prefix) an earlier row of the pack made
         for b in pk:
-            r, node, path = rows[b], -1, []
+            r, node, path, old = rows[b], -1, [], None
             for t in _scored_seq(r):
                 key = (node, t)
                 if key not in index:
-                    index[key] = len(parent)
-                    parent.append(node)
+                    old = len(path) if old is None else old
+                    index[key] = len(token)
+                    token.append(t)
                     depth.append(len(path))
                 node = index[key]
                 path.append(node)
             p = len(r["prompt_ids"])
             scored.update(path[p - 1:p - 1 + len(r["response_ids"])])
-            paths.append(path)
-        token = [t for (_, t) in sorted(index, key=index.get)]
-        order = [i for i in range(len(parent)) if i not in scored] + sorted(scored)  # scored nodes last
-        seqs.append((token, parent, depth, order, paths, len(scored)))
-    width, K = max(len(s[0]) for s in seqs), max(s[5] for s in seqs)
+            paths.append((path, len(path) if old is None else old))
+        order = [i for i in range(len(token)) if i not in scored] + sorted(scored)  # scored nodes last
+        seqs.append((token, depth, order, paths, len(scored)))
+    width, K = max(len(s[0]) for s in seqs), max(s[4] for s in seqs)
     input_ids = torch.full((len(packs), width), pad_id, dtype=torch.long)  # [packs, width]
     positions = torch.zeros((len(packs), width), dtype=torch.long)
     allowed = torch.zeros((len(packs), 1, width, width), dtype=torch.bool)  # query attends key
     allowed[:, 0].diagonal(dim1=-2, dim2=-1).fill_(True)  # a padding column attends itself: no empty softmax
     rows_at = [None] * len(rows)
-    for k, (pk, (token, parent, depth, order, paths, _)) in enumerate(zip(packs, seqs)):
-        col = {node: width - len(order) + j for j, node in enumerate(order)}  # left-padded
-        cols = torch.tensor([col[i] for i in range(len(parent))])
+    for k, (pk, (token, depth, order, paths, _)) in enumerate(zip(packs, seqs)):
+        cols = torch.empty(len(token), dtype=torch.long)
+        cols[torch.tensor(order)] = torch.arange(width - len(order), width)  # node -> column, left-padded
         input_ids[k, cols] = torch.tensor(token)
         positions[k, cols] = torch.tensor(depth)
-        for b, path in zip(pk, paths):
+        for b, (path, old) in zip(pk, paths):
             c = cols[path]  # [len(path)]: the row's columns, in its order
-            allowed[k, 0, c[:, None], c[None, :]] = torch.ones(len(c), len(c), dtype=torch.bool).tril()
+            # a node attends to its path from the root, the same for every row through it: only the nodes
+            # this row made get their mask rows (node i of the path: the first i + 1 columns)
+            new_rows = torch.ones(len(c) - old, len(c), dtype=torch.bool).tril(old)  # [new nodes, path]
+            allowed[k, 0, c[old:, None], c[None, :]] = new_rows
             p = len(rows[b]["prompt_ids"])
             rows_at[b] = (k, c[p - 1:p - 1 + len(rows[b]["response_ids"])] - (width - K))
     out = model(input_ids=input_ids.to(device), attention_mask=allowed.to(device),
