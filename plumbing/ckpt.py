@@ -195,16 +195,20 @@ def resume(cfg, policy, opt, run_state, fsdp, rank, master):
     return saved["step"], saved["redraws"], saved.get("wall_s", 0.0)
 
 
-_stop = []  # the signals received
+_stop_requested = False  # set by the first SIGTERM / SIGINT
 
 
 def catch_signals(rank):
     """SIGTERM / SIGINT: finish the current step, checkpoint, exit (train.py asks stop_requested() after each
     step, all-reduced so every rank stops after the same one); a second signal aborts at once."""
+    global _stop_requested
+    _stop_requested = False
+
     def on_signal(signum, frame):
-        if _stop:
+        global _stop_requested
+        if _stop_requested:
             raise KeyboardInterrupt
-        _stop.append(signum)
+        _stop_requested = True
         print(f"\n[rank {rank}: signal {signum}] every rank stops after this step; a checkpoint will be "
               "written")
     signal.signal(signal.SIGTERM, on_signal)
@@ -212,4 +216,4 @@ def catch_signals(rank):
 
 
 def stop_requested():
-    return bool(_stop)
+    return _stop_requested

@@ -117,3 +117,22 @@ def test_changed_flags_names_what_a_resume_changes(tmp_path):
     other = get_config(["--preset", "cpu", "--lr", "5e-4", "--steps", "10", "--scheduler", "none"])
     assert ckpt.changed_flags(str(tmp_path / "ckpt_000005"), other) == ["lr: 0.0001 -> 0.0005",
                                                                       "scheduler: 'g2' -> 'none'"]
+
+
+def test_a_first_signal_asks_for_a_stop_and_a_second_aborts():
+    """plumbing/ckpt.catch_signals: the first SIGTERM only sets stop_requested() (train.py stops after the step,
+    with a checkpoint); a second one raises KeyboardInterrupt at once."""
+    import signal
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        ckpt.catch_signals(0)
+        assert not ckpt.stop_requested()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert ckpt.stop_requested()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+        ckpt.catch_signals(0)  # a new run in this process starts unstopped
+        assert not ckpt.stop_requested()
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)

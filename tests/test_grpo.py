@@ -329,7 +329,7 @@ def test_adamw_update_norm_first_step_by_hand(wd, delta2):
     assert d2 == pytest.approx(delta2, rel=1e-6) and o2 == pytest.approx(1.0, rel=1e-6)
 
 
-def test_step_rewards_traj_vs_step_level():
+def test_row_rewards_traj_vs_step_level():
     """rollout.Reply's row rewards. traj: every row gets the episode's reward; step (released code): each row
     its own invalid penalty."""
     from types import SimpleNamespace
