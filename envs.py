@@ -30,7 +30,7 @@ import time
 
 from plumbing.classes import load_class
 from plumbing.gamegen import (BUILTIN, BUILTIN_TAR, HERE, INVALID_OBS, _alfworld_env, length_table,
-                              load_tasks, make_builtin, make_games, official_root)
+                              load_tasks, make_builtin, make_games, official_root, task_text)
 from plumbing.pool import EnvPool  # noqa: F401  (re-exported: the worker pool that plays these envs)
 from plumbing.webshop import WebShopEnv
 from tools.webshop_doctor import webshop_doctor
@@ -254,12 +254,6 @@ class AlfEnv(Env):
             ep["history"].append((ep["obs"], action if isinstance(action, str) else ""))
             ep["obs"] = INVALID_OBS
         return valid
-
-
-def task_text(intro):
-    """'Your task is to: put a hot apple in fridge.' -> 'put a hot apple in fridge.'"""
-    i = intro.find("Your task is to:")
-    return intro[i + len("Your task is to:"):].strip() if i >= 0 else ""
 
 
 def room_text(intro, short=False):

@@ -230,7 +230,7 @@ class Reply:
     def row_rewards(self, won, invalid):
         if self.adv_level == "traj":
             return [self.reward(won, sum(invalid))] * len(invalid)
-        return [self.scale * float(won) - self.penalty * float(b) for b in invalid]  # [released]
+        return [self.reward(won, float(b)) for b in invalid]  # [released] won minus this row's own penalty
 
 
 # ----------------------------------------------------------------------------------------------

@@ -53,7 +53,6 @@ from plumbing.tasks import batch_indices, cluster_warning, length_table, tasks_f
 from plumbing.tiny import resolve_model  # noqa: E402
 
 # -------------------------------------------------------------- distributed setup
-
 use_cuda = torch.cuda.is_available() and cfg.device != "cpu"
 ddp, rank, world, local_rank, device = init_distributed(use_cuda)  # LOCAL_RANK -> device, RANK -> data shard
 master = rank == 0  # global rank 0 alone writes logs and checkpoints
@@ -85,7 +84,6 @@ def in_batch_order(parts, n):
 
 
 # -------------------------------------------------------------- tasks, hints, env pool (before any CUDA work)
-
 train_tasks = train_subset(local_first(lambda: tasks_for(cfg, cfg.train_split, verbose=master),
                                        ddp, local_rank),
                            cfg.train_games)  # each node extracts its own cache, once

@@ -429,14 +429,18 @@ def builtin_root(cache):
     return root
 
 
+def task_text(intro):
+    """'Your task is to: put a hot apple in fridge.' -> 'put a hot apple in fridge.'"""
+    i = intro.find("Your task is to:")
+    return intro[i + len("Your task is to:"):].strip() if i >= 0 else ""
+
+
 def grammar_goal(grammar):
     """The goal a game states, read from its TextWorld grammar (game.tw-pddl's "grammar": the rule "task",
     whose one rhs the intro shows as 'Your task is to: put a cool plate in cabinet.') -> 'put a cool plate in
-    cabinet.', the text a reset shows (envs.task_text); '' when the grammar has no such rule."""
+    cabinet.', the text a reset shows (task_text); '' when the grammar has no such rule."""
     m = re.search(r'"task":\s*\[\s*\{\s*"rhs":\s*"((?:[^"\\]|\\.)*)"', grammar)
-    text = json.loads(f'"{m.group(1)}"') if m else ""
-    i = text.find("Your task is to:")
-    return text[i + len("Your task is to:"):].strip() if i >= 0 else ""
+    return task_text(json.loads(f'"{m.group(1)}"')) if m else ""
 
 
 def load_tasks(split, games="builtin", cache=None, task_types=None, verbose=False, keep_unhinted=False):
