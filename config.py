@@ -560,10 +560,8 @@ def git_commit():
 
 
 def dump(cfg, path):
-    d = dataclasses.asdict(cfg)
-    d["preset"] = getattr(cfg, "preset", "")
-    d["argv"] = sys.argv
-    d["git_commit"] = git_commit()
+    d = dict(dataclasses.asdict(cfg), preset=getattr(cfg, "preset", ""), argv=sys.argv,
+             git_commit=git_commit())
     with open(path, "w") as f:
         json.dump(d, f, indent=2, sort_keys=True)
 

@@ -149,11 +149,9 @@ def _cache_textgen_parse():
 
 
 def _shallow_textgen_context():
-    """Once the parse is cached, ~80 % of a step is TextWorld's text generation deep-copying each derivation's
-    context (textworld/envs/pddl/textgen/__init__.py, copy_context: `variables` and `mapping`, thousands of
-    times a step). Their values are the shared EntityInfo objects and logic Variables that derivations only
-    read; query() only adds keys to its copy. Copying the two dicts one level deep gives the same text (a test
-    plays episodes with and without it and compares every observation)."""
+    """Once the parse is cached, ~80 % of a step is deep-copying each derivation's context (copy_context in
+    textworld/envs/pddl/textgen/__init__.py). `variables` and `mapping` hold shared objects that derivations
+    only read (query() only adds keys): copying them one level deep gives the same text (a test compares)."""
     import textworld.envs.pddl.textgen as tg
     if getattr(tg.copy_context, "_g2_shallow", False):
         return
@@ -224,8 +222,7 @@ class AlfEnv(Env):
         self.gamefile = None
 
     def reset(self, gamefile, prefix=()):
-        """Load + reset, then execute the expert prefix in the engine. Returns the episode dict:
-        obs, admissible, won, history [(obs before a, a)], prefix_steps [(obs, admissible, a)]."""
+        """Load (unless loaded) + reset, then replay the expert prefix -> the episode dict (see Env)."""
         if gamefile != self.gamefile:
             self.env.load(gamefile)
             self.gamefile = gamefile
@@ -294,8 +291,7 @@ class EnvNames(list):
 @functools.lru_cache(None)
 def env_class(name):
     """--env's entry: a name in ENVS, or 'module:Class', a class of your own importable from sys.path (a file
-    beside train.py, or its folder on PYTHONPATH: the pool's workers import it too). Anything else: a
-    one-line ValueError."""
+    beside train.py, or on PYTHONPATH: the pool's workers import it too); else a one-line ValueError."""
     if name in ENVS:
         return ENVS[name]
     if not isinstance(name, str) or not re.fullmatch(r"[\w.]+:\w+", name):

@@ -31,11 +31,10 @@ from rollout import Reply, rollout
 
 
 def evaluate(engine, pool, tok, tasks, cfg, seed=0, temperature=0.0, reply=None, keys=None):
-    """Hint-free, one episode per task, greedy (temperature 0) or sampled, replies read by `reply` (the run's
-    rule, rollout.Reply; None: Reply(cfg)); keys: each task's sampling key (--sample_streams episode;
-    None: the engine's stream from `seed`). -> {"success", "n", "won", "score" (100 x mean raw reward:
-    WebShop's score; ALFWorld's equals success), "per_type": {type: success}, "per_type_won": {type: [won,
-    n]}, "invalid", "out": the rollout output (rows + episodes, for transcripts)}."""
+    """Hint-free, one episode per task, greedy (temperature 0) or sampled; reply: rollout.Reply (None:
+    Reply(cfg)); keys: per-task sampling keys (None: the engine's stream from `seed`). -> {"success", "n",
+    "won", "score" (100 x mean raw reward: WebShop's score), "per_type": {type: success}, "per_type_won":
+    {type: [won, n]}, "invalid", "out": the rollout output (rows + episodes)}."""
     if not tasks:
         return {"success": float("nan"), "n": 0, "won": 0, "score": float("nan"), "per_type": {},
                 "per_type_won": {}, "invalid": 0.0, "out": None}
@@ -60,9 +59,8 @@ def eval_splits(cfg):
 
 
 def evals_due(cfg, step):
-    """-> (the panel is due, the authors' draw is due) before step's training (step == cfg.steps: the end).
-    Both run at 0 and at the end; the panel every --eval_every steps, the authors' draw every --authors_every
-    (their trainer.test_freq with val_before_train)."""
+    """-> (panel due, authors' draw due) before step's training: both at 0 and at cfg.steps (the end), else
+    every --eval_every / --authors_every steps (their trainer.test_freq with val_before_train)."""
     edge = step == 0 or step == cfg.steps
     panel = cfg.eval_protocol in ("panel", "both") and (
         edge or bool(cfg.eval_every and step % cfg.eval_every == 0))
@@ -71,14 +69,13 @@ def evals_due(cfg, step):
 
 
 def authors_draw(n_tasks, k, env, episodes=128, seed=1000):
-    """The task positions the authors' validation number k plays (k = 0: before training), one per episode,
-    repeats possible. Their 128 env workers, worker i seeded 1000 + i [ZJU-REAL/Agent-G2
-    agent_system/environments/env_manager.py, make_envs; .../alfworld/envs.py, AlfworldWorker]:
-    - ALFWorld: worker i shuffles the games with np.random.RandomState(1000 + i), plays them in that order and
-      reshuffles after each pass: validation k is the k-th game of every stream (TextWorld's
-      TextworldBatchGymEnv.seed, textworld/gym/envs/utils.py shuffled_cycle).
-    - WebShop: one RandomState(1000) draws 128 distinct goals per validation: validation k is its (k+1)-th
-      draw (.../webshop/envs.py, WebshopMultiProcessEnv.reset)."""
+    """Task positions of the authors' validation number k (k = 0: before training), one per episode, repeats
+    possible; their 128 env workers, worker i seeded 1000 + i [ZJU-REAL/Agent-G2
+    agent_system/environments/env_manager.py, make_envs; .../alfworld/envs.py, AlfworldWorker]. ALFWorld:
+    worker i shuffles the games (RandomState(1000 + i)) and reshuffles after each pass: validation k is the
+    k-th game of every stream (TextWorld's TextworldBatchGymEnv.seed, textworld/gym/envs/utils.py
+    shuffled_cycle). WebShop: one RandomState(1000) draws 128 distinct goals per validation: validation k is
+    its (k+1)-th draw (.../webshop/envs.py, WebshopMultiProcessEnv.reset)."""
     if env == "webshop":
         rng = np.random.RandomState(seed)
         for _ in range(k + 1):
@@ -88,8 +85,7 @@ def authors_draw(n_tasks, k, env, episodes=128, seed=1000):
     for i in range(episodes):
         rng = np.random.RandomState(seed + i)
         order = list(range(n_tasks))
-        rng.shuffle(order)
-        for _ in range(k // n_tasks):  # each completed pass reshuffles the list in place
+        for _ in range(k // n_tasks + 1):  # the first shuffle, then one per completed pass (in place)
             rng.shuffle(order)
         out.append(order[k % n_tasks])
     return out
@@ -101,27 +97,24 @@ def authors_index(step, every):
 
 
 def eval_sets(cfg, step, val, panel):
-    """The evaluations due at `step`: [(name, tasks, [(suffix, temperature)])]. val: [(name, tasks)] per eval
-    split; panel: the fixed training tasks. The panel plays every task once, greedy and sampled at
-    --eval_temperature; the authors' protocol plays their draw of the first split's tasks, sampled (their
-    val_kwargs: do_sample, 0.4)."""
+    """The evaluations due at `step`: [(name, tasks, [(suffix, temperature)])]; val: [(name, tasks)] per eval
+    split, panel: the fixed training tasks. The panel plays every task once, greedy and sampled; the authors'
+    protocol their draw of the first split's tasks, sampled (their val_kwargs: do_sample, 0.4)."""
     do_panel, do_authors = evals_due(cfg, step)
     both = [("", 0.0), ("_sampled", cfg.eval_temperature)]
     sets = [(name, tasks, both)
             for name, tasks in val + [("train_panel", panel)] if tasks] if do_panel else []
     if do_authors and val and val[0][1]:
-        split = eval_splits(cfg)[0][1]
-        tasks = val[0][1]
+        split, tasks = eval_splits(cfg)[0][1], val[0][1]
         pick = authors_draw(len(tasks), authors_index(step, cfg.authors_every), cfg.env, cfg.authors_episodes)
         sets.append((f"authors_{split}", [tasks[i] for i in pick], [("_sampled", cfg.eval_temperature)]))
     return sets
 
 
 def in_loop_eval(engine, pool, tok, sets, cfg, step, rank=0, world=1, gather=lambda x: [x], reply=None):
-    """train.py's evaluation: each set of eval_sets hint-free, at each of its decodings (greedy: temperature
-    0), sharded over ranks (gather: all_gather_object); rank 0 writes a few decoded transcripts per set to
-    out_dir/transcripts/. -> {"val": success, "val_sampled": ..., "train_panel": ..., ..., "counts": {"val":
-    {"won", "n", "per_type": {type: [won, n]}}, ...}}: the counts give the tables their Wilson intervals."""
+    """train.py's evaluation: each of eval_sets' sets at each of its decodings, sharded over ranks (gather:
+    all_gather_object); rank 0 writes transcripts to out_dir/transcripts/. -> {"val": success, "val_sampled":
+    ..., "counts": {"val": {"won", "n", "per_type": {type: [won, n]}}, ...}} (for Wilson intervals)."""
     res, counts = {}, {}
     for name, tasks, decodes in sets:
         for suffix, temp in decodes:
@@ -133,9 +126,8 @@ def in_loop_eval(engine, pool, tok, sets, cfg, step, rank=0, world=1, gather=lam
                 write_transcripts(os.path.join(cfg.out_dir, "transcripts",
                                                f"step{step:06d}_{name}{suffix}.txt"),
                                   r["out"], tok, header=f"step {step} {name}{suffix} temperature {temp}")
-            got = gather({"won": r["won"], "n": r["n"],
-                          "reward": sum(e["score"] for e in r["out"]["episodes"]),
-                          "per_type": r["per_type_won"]}
+            got = gather({"won": r["won"], "n": r["n"], "per_type": r["per_type_won"],
+                          "reward": sum(e["score"] for e in r["out"]["episodes"])}
                          if r else {"won": 0, "n": 0, "reward": 0.0, "per_type": {}})
             won, n = sum(x["won"] for x in got), sum(x["n"] for x in got)
             types = sorted({k for x in got for k in x["per_type"]})

@@ -44,14 +44,11 @@ FREE = -2  # in an allowed reply: from here on any token (a free-text slot); see
 
 
 def group_advantages(rewards, gid, keep=None, eps=1e-6):
-    """GRPO advantage: (r - mean_g) / (std_g + eps) within each group g, with the unbiased (n - 1) std, as
-    verl's torch.std. [ZJU-REAL/Agent-G2 verl/trainer/ppo/core_algos.py, compute_grpo_outcome_advantage]
-    rewards [E] float, gid [E] long, keep [E] bool (False: an episode that hit an environment error; it leaves
-    its group's statistics and gets advantage 0). A group whose kept rewards are all equal gives 0, and so
-    does a group with one kept reward (counted zero-variance): verl sets mean 0, std 1 there, making the lone
-    reward its own advantage (10 for a win at reward_scale 10); verl meets it only with rollout.n = 1, here
-    only when errors removed the rest of the group, and one outcome carries no relative signal.
-    -> (adv [E], number of zero-variance groups among the groups with a kept episode)."""
+    """GRPO advantage (r - mean_g) / (std_g + eps) within each group g, unbiased std as verl's torch.std
+    [ZJU-REAL/Agent-G2 verl/trainer/ppo/core_algos.py, compute_grpo_outcome_advantage]. rewards [E], gid [E],
+    keep [E] bool (False: an env-error episode, out of its group's statistics, advantage 0). Equal kept
+    rewards, or a lone one (verl: mean 0, std 1, so its own advantage; one outcome has no relative signal),
+    give 0. -> (adv [E], zero-variance groups among those with a kept episode)."""
     rewards = rewards.double()
     keep = torch.ones_like(rewards, dtype=torch.bool) if keep is None else keep
     adv = torch.zeros_like(rewards)
@@ -68,11 +65,9 @@ def group_advantages(rewards, gid, keep=None, eps=1e-6):
 
 
 def row_advantages(rows, episodes, level):
-    """group_advantages on the rollout records. rows: step rows {"eid", "gid", "reward"}; episodes: {"eid",
-    "gid", "reward", "error"}. level "traj" (paper): one advantage per episode, from episode rewards, given to
-    every row of it; "step" (released code): one per row, from row rewards, grouped by gid. Episodes that hit
-    an environment error leave their group's statistics. Sets row["adv"]; -> (zero-variance groups, groups
-    with a kept unit)."""
+    """group_advantages on the rollout's records; sets row["adv"]. level "traj" (paper): an episode's
+    advantage from episode rewards, on each of its rows; "step" (released code): one per row, from row
+    rewards. -> (zero-variance groups, groups with a kept unit)."""
     if level not in ("traj", "step"):
         raise ValueError(f"unknown advantage level {level!r} (expected traj or step)")
     err = {e["eid"] for e in episodes if e["error"]}
@@ -87,12 +82,9 @@ def row_advantages(rows, episodes, level):
 
 
 def mini_batches(rows, n_mb):
-    """The batch's rows cut into n_mb mini-batches (one optimizer step each) so that the cut does not depend
-    on how the tasks are spread over ranks: each group's rows (one task: its episodes' step rows, in order)
-    are split into n_mb near-equal consecutive blocks, and mini-batch j takes block j of every group. A
-    process holding every group and ranks holding some each therefore form the same global mini-batches, and
-    each rank's parts are near-equal. n_mb comes from the global row count: ceil(rows over all ranks /
-    --ppo_mini_batch). rows: dicts with "gid" -> n_mb lists (some may be empty)."""
+    """rows -> n_mb mini-batches (one optimizer step each), the same global cut however the groups are spread
+    over ranks: each group's rows are split into n_mb near-equal consecutive blocks and mini-batch j takes
+    block j of every group. Some may be empty."""
     if n_mb == 1:
         return [list(rows)]
     by_gid = {}
@@ -107,8 +99,7 @@ def mini_batches(rows, n_mb):
 
 
 def lr_at(step, lr, steps, warmup_frac, schedule="cosine"):
-    """Learning rate at a step: linear warm-up over max(1, warmup_frac * steps) steps, then cosine to 0 at
-    `steps` (or constant)."""
+    """Linear warm-up over max(1, warmup_frac * steps) steps, then cosine to 0 at `steps` (or constant)."""
     if schedule not in ("cosine", "constant"):
         raise ValueError(f"unknown lr schedule {schedule!r} (expected cosine or constant)")
     warm = max(1, int(warmup_frac * steps))
@@ -162,10 +153,8 @@ def pad_options(options, T, device=None):
 
 
 def token_logprobs(logits, targets, options=None, temperature=1.0):
-    """log pi(target_t) under softmax(logits / temperature), restricted where options say so.
-    logits [b, T, V] float, targets [b, T] long, options [b, T, K] long (-1 = pad; a position whose K entries
-    are all -1 is unconstrained). -> [b, T]. Memory is O(b T K) beyond the logits, so a 150k vocabulary is
-    fine."""
+    """log pi(target_t) under softmax(logits / temperature), restricted where options say so. logits [b, T,
+    V], targets [b, T], options [b, T, K] (-1 = pad; all -1: unconstrained) -> [b, T]."""
     return _logprobs(_scaled(logits, temperature), targets, options)[0]
 
 
@@ -174,9 +163,8 @@ def _scaled(logits, temperature):  # T = 0 (greedy): score the T = 1 policy
 
 
 def _logprobs(z, targets, options):
-    """token_logprobs on the scaled logits z [b, T, V]; the one formula of pi and pi_old, with or without the
-    entropy, so the ratio is exactly 1 before the first step. -> (lp [b, T], the allowed tokens' logits [b, T,
-    K] or None)."""
+    """token_logprobs on scaled logits z [b, T, V]: the one formula of pi and pi_old (the ratio is exactly 1
+    before the first step). -> (lp [b, T], the allowed tokens' logits [b, T, K] or None)."""
     tgt = z.gather(-1, targets[..., None])[..., 0]  # [b, T]
     lse_all = torch.logsumexp(z, -1)  # [b, T]
     if options is None:
@@ -188,8 +176,8 @@ def _logprobs(z, targets, options):
 
 
 class _EntropyOfLogits(torch.autograd.Function):
-    """H = -sum_v p_v log p_v of p = softmax(z), z [..., V] -> [...]. Autograd keeps only z, which the
-    log-probs' logsumexp keeps anyway; log p is recomputed in the backward: dH/dz_v = -p_v (log p_v + H)."""
+    """H(softmax(z)), z [..., V] -> [...], keeping only z (which the log-probs keep anyway) for the backward:
+    dH/dz_v = -p_v (log p_v + H)."""
 
     @staticmethod
     def forward(ctx, z):
@@ -206,11 +194,9 @@ class _EntropyOfLogits(torch.autograd.Function):
 
 
 def token_logprobs_entropy(logits, targets, options=None, temperature=1.0):
-    """token_logprobs (the same numbers, bit for bit), and the entropy of the distribution that is sampled at
-    each position (softmax(logits / T), restricted and renormalised where options say so): the entropy term's
-    input. Apart from the model's own activations, autograd keeps one [b, T, V] fp32 tensor, the scaled
-    logits, as token_logprobs alone does; a separate softmax would keep more. logits [b, T, V], targets
-    [b, T], options [b, T, K] (as token_logprobs) -> (lp [b, T], H [b, T])."""
+    """token_logprobs (bit for bit) and the entropy of the sampled distribution at each position (restricted
+    and renormalised where options say so), keeping one [b, T, V] fp32 tensor for the backward as
+    token_logprobs does. Arguments as token_logprobs -> (lp [b, T], H [b, T])."""
     z = _scaled(logits, temperature)  # [b, T, V]
     lp, opt = _logprobs(z, targets, options)
     h = _EntropyOfLogits.apply(z)  # [b, T]
@@ -222,16 +208,10 @@ def token_logprobs_entropy(logits, targets, options=None, temperature=1.0):
 
 
 def agg_weights(agg, row_tokens, episode_tokens, n_tokens, n_rows, n_episodes):
-    """Weight of each token of each row so that loss = sum_rows w_row * sum_t tok_loss_t is the aggregation's
-    mean. row_tokens [b]: response tokens of the row; episode_tokens [b]: response tokens of the row's whole
-    episode; n_tokens / n_rows / n_episodes: global counts (all ranks) of the batch being aggregated.
-      token-mean           1 / n_tokens                       every token weighs the same (long episodes
-                                                              weigh more): verl's default, the GPU presets
-      seq-mean-token-sum   1 / n_rows                         every step row's token sum weighs the same
-      seq-mean-token-mean  1 / (row_tokens * n_rows)          every step row weighs the same
-      episode              1 / (episode_tokens * n_episodes)  every episode weighs the same (mean over its
-                                                              tokens): the CPU presets
-    -> [b] float."""
+    """w [b] such that sum_rows w * sum_t loss_t is the aggregation's mean; row_tokens, episode_tokens [b];
+    n_*: global counts (all ranks). token-mean 1 / n_tokens (verl's default, the GPU presets);
+    seq-mean-token-sum 1 / n_rows; seq-mean-token-mean 1 / (row_tokens n_rows); episode 1 / (episode_tokens
+    n_episodes) (the CPU presets: every episode weighs the same)."""
     row_tokens, episode_tokens = row_tokens.float().clamp(min=1), episode_tokens.float().clamp(min=1)
     if agg == "token-mean":
         return torch.full_like(row_tokens, 1.0 / max(n_tokens, 1))
@@ -245,13 +225,10 @@ def agg_weights(agg, row_tokens, episode_tokens, n_tokens, n_rows, n_episodes):
 
 
 def policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp=None, kl_coef=0.0, tis=None, dual_clip=0.0):
-    """Clipped GRPO surrogate + k3 KL to the reference, aggregated with per-row token weights.
-    lp, old_lp, ref_lp, mask [b, T]; adv, w [b]. The sign: minimising this raises log pi of tokens with
-    positive advantage. -> (loss, stats) with stats = weighted pg and kl terms, clip fraction and max |ratio -
-    1| (pg, kl: weighted like the loss; clipped: a token count; all add up over micro-batches and ranks).
-    tis [b, T] (--tis_cap, variants/losses.py): a per-token weight on the pg term (constant, no gradient).
-    dual_clip c > 1 (verl's clip_ratio_c): for a negative advantage the pg term is capped at -A * c, so a
-      token whose ratio has run far past 1 + eps cannot dominate the loss. 0 = off."""
+    """Clipped GRPO surrogate + kl_coef * k3 KL, weighted. lp, old_lp, ref_lp, mask, tis [b, T]; adv, w [b].
+    Minimising it raises log pi where the advantage is positive. tis: a constant per-token weight on pg
+    (--tis_cap); dual_clip c > 1 (verl's clip_ratio_c) caps pg at -A c for A < 0. -> (loss, stats: weighted
+    pg and kl, clipped token count, max |ratio - 1|; all add up over micro-batches and ranks)."""
     ratio = torch.exp(lp - old_lp)  # [b, T]
     a = adv[:, None]  # [b, 1]
     pg = -torch.min(ratio * a, torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * a)  # [b, T]
@@ -279,9 +256,8 @@ def policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp=None, kl_coef=0.0, ti
 
 
 def logprob_mismatch(old_lp, engine_lp, mask):
-    """Engine vs trainer on the sampled tokens ([b, T] each): mean and max |delta log p| and the k3 estimate
-    of KL(engine || trainer) (the tokens are the engine's samples). -> (sum |d|, max |d|, sum k3, token
-    count), sums so they add over micro-batches and ranks."""
+    """Engine vs trainer on the engine's samples ([b, T] each) -> (sum |d log p|, max |d|, sum k3 of
+    KL(engine || trainer), tokens)."""
     d = (old_lp - engine_lp) * mask  # [b, T]
     k3 = (torch.exp(d) - d - 1) * mask
     return (d.abs().sum().item(), d.abs().max().item() if mask.any() else 0.0, k3.sum().item(),
@@ -289,13 +265,10 @@ def logprob_mismatch(old_lp, engine_lp, mask):
 
 
 def adamw_update_norm(opt, chunk=1 << 22):
-    """||theta_new - theta_old||^2 and ||theta_old||^2 of the step torch.optim.AdamW just took, from its
-    state, without a copy of the weights (a copy is 6 GB at 1.5B in fp32). torch's AdamW (torch/optim/adam.py,
-    decoupled weight decay) does  p <- p (1 - lr wd) - u,  u = lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps),
-    so  p_old = (p_new + u) / (1 - lr wd)  and  delta = -(lr wd p_new + u) / (1 - lr wd): no cancellation, so
-    fp32 is exact enough; sums in fp64. Works through `chunk` elements at a time (temporaries of 16 MB, not of
-    a whole 151,936 x 1,536 embedding). Only parameters that had a gradient moved. FSDP2 shards (DTensor)
-    count their local part. -> (float, float)"""
+    """(||theta_new - theta_old||^2, ||theta_old||^2) of AdamW's last step from its state, with no copy of the
+    weights. torch's AdamW (torch/optim/adam.py) does p <- p (1 - lr wd) - u, u = lr / bc1 * m / (sqrt(v) /
+    sqrt(bc2) + eps), so delta = -(lr wd p_new + u) / (1 - lr wd): no cancellation; sums in fp64, `chunk`
+    elements at a time. FSDP2 shards count their local part."""
     d2 = o2 = 0.0
     loc = lambda t: (t.to_local() if hasattr(t, "to_local") else t).detach().reshape(-1)  # noqa: E731
     for g in opt.param_groups:
@@ -325,15 +298,12 @@ RESERVED = {"tokens", "finite", "update_rel", "skipped", "grad_norm", "term_stat
 
 
 class Term:
-    """A loss term: term(mb) -> (its loss, a tensor, on micro-batch mb (a MicroBatch), {stat: float}). Built
-    once at setup (make_terms); the update adds the losses of the terms that read a pass's rows, one backward.
-      rows      "step" (the rollout's step rows) or "aux" (the expert-prefix rows)
-      zero_adv  a step row of zero advantage matters to it (when no term says so, such rows get no forward)
-      entropy   it reads mb.entropy; old: it reads pi_old (the trainer scores it before the first step)
-      stats     its stats, each summed over micro-batches and ranks (so: local sum / global count) and
-                averaged over mini-batches; maxima: combined by max instead. Names are unique across terms.
-    The loss is this rank's share of the global batch's loss, as one process would compute it (weights from
-    mb.counts, the global counts); the update multiplies it by world (DDP averages gradients)."""
+    """A loss term, built once at setup: term(mb) -> (its loss on MicroBatch mb, a tensor; {stat: float}).
+    rows: "step" or "aux" (expert-prefix) rows; zero_adv: zero-advantage step rows matter to it (else they get
+    no forward); entropy / old: it reads mb.entropy / pi_old; stats: summed over micro-batches and ranks
+    (local sum / global count), averaged over mini-batches; maxima: maxed. The loss is this rank's share of
+    the global batch's loss (weights from mb.counts, global); the update multiplies it by world (DDP
+    averages)."""
     rows, zero_adv, entropy, old, stats, maxima = "step", True, False, False, (), ()
 
     def __init__(self, cfg):  # a term reads its settings from the config here, once
@@ -342,15 +312,12 @@ class Term:
     def __call__(self, mb):
         raise NotImplementedError
 
-    def finish(self, sums, maxima, n_mb, tokens):
-        """The logged values from the batch's sums and maxima (over ranks); tokens: all step rows' tokens."""
+    def finish(self, sums, maxima, n_mb, tokens):  # the logged values; tokens: all step rows' tokens
         return {**{k: sums[k] / n_mb for k in self.stats}, **{k: maxima[k] for k in self.maxima}}
 
 
 class PolicyTerm(Term):
-    """L_GRPO: the clipped surrogate (verl's dual clip) + kl_coef * k3 KL to the reference (policy_loss),
-    aggregated by --loss_agg. A zero-advantage row matters only through the KL (with_kl: there is a
-    reference)."""
+    """L_GRPO: policy_loss aggregated by --loss_agg; zero-advantage rows matter only through the KL."""
     stats, maxima, old = ("pg", "kl", "clipped"), ("ratio_dev",), True
 
     def __init__(self, cfg, with_kl=False):
@@ -366,15 +333,14 @@ class PolicyTerm(Term):
                            mb.ref_lp() if self.with_kl else None, self.kl_coef, self.importance(old, eng),
                            self.dual_clip)
 
-    def finish(self, sums, maxima, n_mb, tokens):
-        # ratio_dev, max |pi / pi_old - 1|: 0 with one mini-batch, > 0 from the 2nd
+    def finish(self, sums, maxima, n_mb, tokens):  # ratio_dev: 0 with one mini-batch, > 0 from the 2nd
         return {"pg": sums["pg"] / n_mb, "kl": sums["kl"] / n_mb,
                 "clipfrac": sums["clipped"] / max(tokens, 1), "ratio_dev": maxima["ratio_dev"]}
 
 
 class AuxTerm(Term):
-    """L_aux: teacher forcing on the expert prefix, -sum log pi(a*_t | s_t) over every expert token of the
-    mini-batch / their global count, times weight (eta). Logged without the weight."""
+    """L_aux, teacher forcing on the expert prefix: -sum log pi(a*_t | s_t) / expert tokens (global), times
+    eta; logged without eta."""
     rows, stats = "aux", ("aux",)
 
     def __init__(self, cfg, weight=None):
@@ -387,10 +353,8 @@ class AuxTerm(Term):
 
 
 class Entropy(Term):
-    """The entropy bonus (verl's entropy_coeff; --preset paper sets 0.001 as the authors' code base does):
-    - entropy_coef * sum_t w H_t over the step rows' tokens (w: --loss_agg's weights), so minimising the loss
-    raises the entropy of the sampled distribution (trie-restricted where the engine was). Logged: the
-    weighted entropy itself (as "entropy")."""
+    """The entropy bonus (verl's entropy_coeff; 0.001 in --preset paper, as the authors' code base):
+    -entropy_coef * sum_t w H_t over the step rows (w: --loss_agg's). Logged: the weighted entropy."""
     stats, entropy, zero_adv = ("entropy",), True, True
 
     def __init__(self, cfg):
@@ -427,11 +391,9 @@ def make_terms(cfg, ref=None):
 
 
 class MicroBatch:
-    """What a term reads of one micro-batch: rows, lp [b, T] (log pi, with gradient, 0 at padding), mask
-    [b, T], entropy [b, T] (when a term asked), counts (the mini-batch's global counts: tokens, rows,
-    episodes of the step rows; aux_tokens, aux_weight of the aux rows), ep_tok (response tokens per episode
-    id), and on demand the engine's, pi_old's and the reference's log-probs ([b, T]), the advantages [b] and
-    the aggregation weights [b]."""
+    """What a term reads of one micro-batch: rows, lp [b, T] (log pi, with gradient, 0 at padding), mask [b,
+    T], entropy [b, T] (when asked), counts (the mini-batch's global counts), ep_tok (tokens per episode id),
+    and on demand the engine's, pi_old's and the reference's log-probs [b, T], advantages [b], weights [b]."""
 
     def __init__(self, learn, rows, lp, mask, entropy, counts, ep_tok):
         self.learn, self.rows, self.lp, self.mask, self.entropy = learn, rows, lp, mask, entropy
@@ -461,14 +423,11 @@ class MicroBatch:
 
 # ---------------------------------------------------------------------------------------------- the update
 def response_logprobs(model, rows, pad_id, device="cpu", temperature=1.0, entropy=False, pack=0):
-    """Per-token log-probs of each row's response_ids after its prompt_ids under `model` (teacher forcing), at
-    the rollout temperature and, for rows with "allowed", restricted to the admissible-reply trie: the
-    distribution the engine sampled from. Returns (lp [b, n], mask [b, n]), n = the longest response; with
-    entropy=True also the entropy of that distribution per position ([b, n], token_logprobs_entropy; lp is
-    the same either way). Only the response positions get logits (logits_to_keep): full-vocabulary logits
-    over whole sequences would dominate activation memory (151,936 x 2.5k tokens = 1.5 GB per row in fp32
-    for Qwen2.5). pack > 0: rows that share a prefix share its forward pass (plumbing/packing.py, at most
-    `pack` tokens a sequence); 0: one left-padded sequence a row."""
+    """Teacher-forced log-probs of each row's response_ids after its prompt_ids, from the distribution the
+    engine sampled (at the temperature; trie-restricted for rows with "allowed"). -> (lp [b, n], mask [b, n]
+    (, entropy [b, n])), n the longest response. Only response positions get logits (logits_to_keep: 151,936 x
+    2.5k fp32 logits are 1.5 GB a row). pack > 0: rows sharing a prefix share one forward
+    (plumbing/packing.py); 0: one left-padded sequence a row."""
     n = max(len(r["response_ids"]) for r in rows)
     # mask, targets: [b, n]
     mask = torch.tensor([[1.0] * len(r["response_ids"]) + [0.0] * (n - len(r["response_ids"])) for r in rows])
@@ -502,9 +461,11 @@ def response_logprobs(model, rows, pad_id, device="cpu", temperature=1.0, entrop
 
 
 class Update:
-    """The update of one batch on this rank (see the module docstring). model: what the forward runs (the DDP
-    wrapper, or the policy itself); policy: the module whose parameters the optimizer owns; terms: the loss
-    terms (make_terms(cfg, ref) when None). It reads no loss setting of cfg: the terms hold those."""
+    """One batch's update on this rank: pi_old (score_old), one AdamW step a mini-batch (optimizer_step), the
+    logged values (summarise). model: what the forward runs (the DDP wrapper, or the policy); policy: whose
+    parameters opt owns; terms: the loss terms (make_terms(cfg, ref) when None), which hold every loss
+    setting. Every rank runs as many passes as the busiest (zero-loss passes on DUMMY): FSDP all-gathers in
+    each pass, DDP reduces in the last."""
 
     def __init__(self, cfg, model, policy, ref, opt, tok, device, world=1, ddp=False, fsdp=False,
                  prec=contextlib.nullcontext, old_from_trainer=False, terms=None):
@@ -518,13 +479,10 @@ class Update:
         clash = {k for k in names if names.count(k) > 1} | set(names) & RESERVED
         if clash or len(self.by_rows["step"]) + len(self.by_rows["aux"]) < len(self.terms):
             raise ValueError(f"loss terms: stat names must be unique ({sorted(clash)}), rows step or aux")
-        # a zero-advantage step row carries no gradient for a term that does not say otherwise: no forward
-        self.zero_adv = any(t.zero_adv for t in self.by_rows["step"])
+        self.zero_adv = any(t.zero_adv for t in self.by_rows["step"])  # else such rows get no forward
 
     def batch(self, rows, aux):
-        """The batch's optimizer steps in three phases: pi_old before the first step (score_old), one step a
-        mini-batch (optimizer_step), the logged values (summarise). ceil(global rows / --ppo_mini_batch)
-        mini-batches (0: one), each task's rows spread over them in order (mini_batches: the same cut on 1 GPU
+        """ceil(global rows / --ppo_mini_batch) mini-batches (0: one), cut by mini_batches (the same on 1 GPU
         or 8), each normalised by its own global counts (verl's dp_actor). -> summarise's dict."""
         n_rows = all_sum(len(rows), self.ddp)
         n_mb = max(1, -(-n_rows // self.cfg.ppo_mini_batch)) if self.cfg.ppo_mini_batch else 1
@@ -540,23 +498,33 @@ class Update:
     def forward_rows(self, rows):  # zero-advantage rows that no term needs get no forward (they still count)
         return rows if self.zero_adv else [r for r in rows if r["adv"] != 0.0]
 
+    @torch.no_grad()
     def score_old(self, mbs):
-        """pi_old of each mini-batch's rows (old_logprobs), all before the first step, when a term reads it
-        and the trainer scores it. -> the engine-vs-trainer gap over mini-batches: {"lp_diff", "lp_k3",
-        "lp_tokens": sums, "lp_diff_max"}."""
+        """pi_old by the trainer, every mini-batch before the first step (verl recomputes old_log_prob:
+        verl/trainer/ppo/ray_trainer.py), in the loss's micro-batches and by its formula: the ratio is exactly
+        1 at the first step. Sets row["old_lp"]. -> the engine-vs-trainer gap: sums lp_diff, lp_k3, lp_tokens;
+        lp_diff_max."""
         gap = {"lp_diff": 0.0, "lp_k3": 0.0, "lp_tokens": 0.0, "lp_diff_max": 0.0}
-        for mb in mbs if self.old_from_trainer and any(t.old for t in self.terms) else []:
-            got = self.old_logprobs(self.forward_rows(mb))
-            for k in ("lp_diff", "lp_k3", "lp_tokens"):
-                gap[k] += got[k]
-            gap["lp_diff_max"] = max(gap["lp_diff_max"], got["lp_diff_max"])
+        for rows in mbs if self.old_from_trainer and any(t.old for t in self.terms) else []:
+            micro = self.micro_batches(self.forward_rows(rows))
+            pad = (all_max(len(micro), self.ddp) - len(micro)) if self.fsdp else 0  # FSDP: as many gathers
+            for mb in micro + [[self.DUMMY]] * pad:
+                with self.prec():
+                    lp, mask = self.token_logprobs(self.model, mb)
+                if mb[0] is self.DUMMY:
+                    continue
+                for b, r in enumerate(mb):
+                    r["old_lp"] = lp[b, :len(r["response_ids"])].float().tolist()
+                engine_lp = self.padded(mb, "logprobs", lp).float()
+                diff, diff_max, k3, n = logprob_mismatch(lp.float(), engine_lp, mask)
+                gap.update(lp_diff=gap["lp_diff"] + diff, lp_k3=gap["lp_k3"] + k3,
+                           lp_tokens=gap["lp_tokens"] + n, lp_diff_max=max(gap["lp_diff_max"], diff_max))
         return gap
 
     def optimizer_step(self, mb, aux_mb, sums, maxima):
-        """One mini-batch: its global counts, its micro-batches' backward (loss_terms), the clipped step; adds
-        the terms' stats to sums and maxima. The gradient norm is the same on every rank (DDP: reduced
-        gradients; FSDP: a global norm), so is the decision to step. -> (grad norm, nan when a rank's loss
-        was non-finite: no step; the relative update size, 0 without a step)."""
+        """One mini-batch: its global counts, its micro-batches' backward, the clipped step; adds the terms'
+        stats to sums and maxima. The gradient norm, so the decision to step, is the same on every rank. ->
+        (grad norm, nan for a non-finite loss on any rank: no step; the relative update size, 0 if none)."""
         ep_tok = {}  # response tokens per episode within the mini-batch (the "episode" aggregation)
         for r in mb:
             ep_tok[r["eid"]] = ep_tok.get(r["eid"], 0) + len(r["response_ids"])
@@ -581,10 +549,9 @@ class Update:
         return grad_norm, self.update_size()
 
     def summarise(self, n_mb, sums, maxima, gap, steps):
-        """Over ranks: LOGGED (each term's finish: pg, kl, entropy, aux: each mini-batch's mean, averaged;
-        clipfrac; ratio_dev), other term stats (named in "term_stats"), update_rel (summed relative update
-        size), skipped (non-finite mini-batches), grad_norm (mean over the steps taken; nan: none), and when
-        the trainer scored pi_old the engine-vs-trainer gap (lp_diff_mean, lp_diff_max, lp_kl)."""
+        """Over ranks: LOGGED (each term's finish), other term stats (named in "term_stats"), update_rel
+        (summed), skipped (non-finite mini-batches), grad_norm (mean over the steps taken; nan: none) and,
+        when the trainer scored pi_old, the engine-vs-trainer gap (lp_diff_mean, lp_diff_max, lp_kl)."""
         sums = reduce_dict({**sums, **{k: gap[k] for k in ("lp_diff", "lp_k3", "lp_tokens")}}, self.ddp)
         maxima = reduce_dict({**maxima, "lp_diff": gap["lp_diff_max"]}, self.ddp, "max")
         out = dict.fromkeys(LOGGED, 0.0)
@@ -600,15 +567,11 @@ class Update:
                        lp_kl=sums["lp_k3"] / n)
         return {**out, "term_stats": more} if more else out
 
-    def update_size(self):
-        """||theta_new - theta_old|| / ||theta_old|| of the step just taken, from AdamW's state
-        (adamw_update_norm: no copy of the weights); FSDP: this rank's shards, summed over ranks."""
+    def update_size(self):  # ||theta_new - theta_old|| / ||theta_old|| (FSDP: shards summed over ranks)
         sq = reduce_dict(dict(zip(("delta", "theta"), adamw_update_norm(self.opt))), self.fsdp)
         return math.sqrt(sq["delta"] / max(sq["theta"], 1e-30))
 
-    def token_logprobs(self, model, rows, entropy=False):
-        """-> (log-probs [b, T], mask [b, T][, entropy [b, T]]) of the response tokens under the distribution
-        the engine sampled from: trie-restricted (--constrained) and at --temperature."""
+    def token_logprobs(self, model, rows, entropy=False):  # response_logprobs under the run's settings
         return response_logprobs(model, rows, self.pad_id, self.device, self.cfg.temperature, entropy,
                                  self.cfg.pack_tokens)
 
@@ -627,34 +590,10 @@ class Update:
             out[b, :len(r[key])] = torch.as_tensor(r[key], dtype=out.dtype, device=self.device)
         return out
 
-    @torch.no_grad()
-    def old_logprobs(self, rows):
-        """pi_old by the trainer before this batch's first step (verl: the trainer recomputes old_log_prob,
-        verl/trainer/ppo/ray_trainer.py), in the loss's micro-batches and by its formula, so with one update a
-        batch the ratio is exactly 1. Sets row["old_lp"]. -> this rank's engine-vs-trainer gap:
-        {"lp_diff": sum |d|, "lp_diff_max": max |d|, "lp_k3": sum k3, "lp_tokens"}."""
-        mbs = self.micro_batches(rows)
-        pad = (all_max(len(mbs), self.ddp) - len(mbs)) if self.fsdp else 0  # FSDP: matched all-gathers
-        gap = {"lp_diff": 0.0, "lp_diff_max": 0.0, "lp_k3": 0.0, "lp_tokens": 0.0}
-        for mb in mbs + [[self.DUMMY]] * pad:
-            with self.prec():
-                lp, mask = self.token_logprobs(self.model, mb)
-            if mb[0] is self.DUMMY:
-                continue
-            for b, r in enumerate(mb):
-                r["old_lp"] = lp[b, :len(r["response_ids"])].float().tolist()
-            engine_lp = self.padded(mb, "logprobs", lp).float()
-            diff, diff_max, k3, n = logprob_mismatch(lp.float(), engine_lp, mask)
-            gap = {"lp_diff": gap["lp_diff"] + diff, "lp_diff_max": max(gap["lp_diff_max"], diff_max),
-                   "lp_k3": gap["lp_k3"] + k3, "lp_tokens": gap["lp_tokens"] + n}
-        return gap
-
     def loss_terms(self, rows, aux, counts, ep_tok):
-        """Backward of this rank's share of the loss, one micro-batch at a time: the step rows' micro-batches
-        (when a term reads them), then the aux rows', then zero-loss passes up to the most any rank runs.
-        Weights use global counts (tokens, rows, episodes, aux tokens over all ranks), so DDP's gradient
-        average equals the single-process loss on the global batch. ep_tok: response tokens per episode id.
-        Returns this rank's sums of the terms' stats (maxima as maxima) and "finite" as 0/1."""
+        """Backward, one micro-batch at a time: the step rows' (when a term reads them), the aux rows', then
+        zero-loss passes up to the most any rank runs. -> this rank's sums of the terms' stats (maxima as
+        maxima) and "finite" (0/1)."""
         stats = {**{k: 0.0 for t in self.terms for k in (*t.stats, *t.maxima)}, "finite": 1.0}
         work = [("step", mb) for mb in (self.micro_batches(rows) if self.by_rows["step"] else [])]
         work += [("aux", mb) for mb in self.micro_batches(aux)] if self.by_rows["aux"] else []
@@ -671,8 +610,8 @@ class Update:
         return stats
 
     def micro_loss(self, kind, mb, counts, ep_tok, stats):
-        """One micro-batch's loss: the sum of the losses of the terms that read `kind` rows (step | aux; none:
-        a zero-loss pass), times world (DDP averages gradients over ranks); adds their stats to `stats`."""
+        """The summed losses of the terms that read `kind` rows (step | aux; none: a zero-loss pass), times
+        world (DDP averages gradients over ranks); adds their stats to `stats`."""
         batch = None
         if kind == "none":
             loss = self.token_logprobs(self.model, mb)[0].sum() * 0.0

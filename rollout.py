@@ -50,14 +50,12 @@ class Hint(NamedTuple):
 class ExpertSource:
     """The paper's hint source: each task's expert trajectory (its walkthrough, or the authors' expert data
     that plumbing/expert_data.py put in its place, with its thinks); learns nothing. A hint source has
-    hint(task) -> Hint | None, asked once per task per step (the scheduler's L and the rollout's prefix come
-    from that one answer) and at setup once per training task; observe(every rank's episodes of a step:
-    {"task_id", "won", "error", "played"}) -> the task ids whose hint changed; state_dict() /
-    load_state_dict(sd) (JSON, saved in every checkpoint).
-    hint() depends on the task and the source's own state alone, which changes only in observe(); every rank
-    asks the same questions in the same order, so a source that draws at random draws from its own seeded
-    generator, kept in its state_dict. Others: variants/hints.py; a file of your own, --hint_source
-    file:Class, built as Class(cfg, tasks) (README "Hack it")."""
+    hint(task) -> Hint | None (once per task per step: the scheduler's L and the prefix come from one answer;
+    and at setup); observe(every rank's episodes of a step: {"task_id", "won", "error", "played"}) -> the task
+    ids whose hint changed; state_dict() / load_state_dict(sd) (JSON, checkpointed). hint() reads only the
+    task and the source's state, changed in observe() alone (every rank asks alike: a random source draws from
+    its own seeded generator, in its state_dict). Others: variants/hints.py, --hint_source file:Class built as
+    Class(cfg, tasks) (README "Hack it")."""
 
     def __init__(self, tasks):
         self.trajectories = {t["id"]: Hint(list(t["walkthrough"]), list(t.get("thinks") or []))
@@ -110,8 +108,7 @@ def user_message(task, room, history, obs, admissible, step, cfg, hint=""):
         if not cfg.constrained:  # under constrained decoding the decoder already knows the options
             msg += f"\noptions: {' | '.join(admissible)}\nreply: <action> one option </action>"
         return msg
-    k = cfg.history_length
-    past = history[-k:] if k > 0 else []
+    past = history[-cfg.history_length:] if cfg.history_length > 0 else []
     who, tip = env_class(cfg.env).wording  # the agent's wording comes with the environment (envs.ENVS)
     lines = [f"You are {who}. Your task is to: {task}", *([f"Hint: {hint}"] if hint else []),
              f"You have already taken {step} step(s)."]
@@ -121,26 +118,22 @@ def user_message(task, room, history, obs, admissible, step, cfg, hint=""):
             lines += [f"[Observation {i}] {o}", f"[Action {i}] {a}"]
     lines += [f"Current observation: {obs}", "The actions you can take now: " + ", ".join(admissible),
               "First reason briefly inside <think> </think>, then reply with exactly one of the actions "
-              "inside <action> </action>."
-              + (f" {tip}" if tip else "")]
+              "inside <action> </action>." + (f" {tip}" if tip else "")]
     return "\n".join(lines)
 
 
 def expert_reply(action, think=None):
-    """An expert action written as a policy reply (aux and SFT targets): the action tag alone, or, where the
-    prompt asks for reasoning first (think is not None: the full prompt),
-    "<think>{think}</think>\n<action>{action}</action>" as the authors render their prefix-SFT targets (an
-    empty think when the expert gave none) [ZJU-REAL/Agent-G2 agent_system/multi_turn_rollout/rollout_loop.py,
-    _build_prefix_sft_batch]."""
+    """An expert action as a policy reply (aux and SFT targets): the action tag alone, or (think not None: the
+    full prompt) "<think>{think}</think>\n<action>{action}</action>" as the authors render prefix-SFT targets
+    [ZJU-REAL/Agent-G2 agent_system/multi_turn_rollout/rollout_loop.py, _build_prefix_sft_batch]."""
     if think is None:
         return f"<action>{action}</action>"
     return f"<think>{think}</think>\n<action>{action}</action>"
 
 
 def target_think(thinks, t, cfg):
-    """The think of expert step t in its target: None (no think tag) under the compact prompt and under
-    constrained decoding (the decoder only allows action tags); else the hint's think, or "" when it has
-    none."""
+    """The think of expert step t in its target: None (no think tag) under the compact prompt or constrained
+    decoding (the decoder allows action tags only); else the hint's think, "" when it has none."""
     if cfg.prompt != "full" or cfg.constrained:
         return None
     return thinks[t] if t < len(thinks) else ""
@@ -159,13 +152,11 @@ def chat_ids_batch(tok, messages):
 
 
 def fit_prompt(tok, task, room, history, obs, admissible, step, cfg, hint=""):
-    """The prompt of one decision within --max_prompt_tokens. An over-long one shows fewer past steps, the
-    oldest dropped first; the task sentence (its first line, and a hint's line after it) and the current
-    observation always stay. Should the prompt be too long with no history left, its middle goes (the first
-    quarter of the budget and the rest from the end). (The authors truncate from the left, which drops the
-    task first: data.truncation=left.) -> (ids, truncated?)"""
-    # what the prompt would show
-    first = max(0, len(history) - cfg.history_length) if cfg.prompt == "full" else 0
+    """The prompt of one decision within --max_prompt_tokens -> (ids, truncated?). An over-long one drops past
+    steps, oldest first; the task line (and a hint's line) and the current observation stay; with no history
+    left, the middle goes (the first quarter of the budget stays, the rest from the end). (The authors
+    truncate from the left, which drops the task first: data.truncation=left.)"""
+    first = max(0, len(history) - cfg.history_length) if cfg.prompt == "full" else 0  # the first step shown
     for j in range(first, len(history) + 1):
         ids = chat_ids(tok, user_message(task, room, history[j:], obs, admissible, step, cfg, hint))
         if len(ids) <= cfg.max_prompt_tokens:
@@ -193,24 +184,21 @@ def parse_action(text, finished=True):
     j = text.find("</action>", i + 8) if i >= 0 else -1
     if i < 0 or j < 0:
         return None
-    a = " ".join(text[i + 8:j].split())
-    return a or None
+    return " ".join(text[i + 8:j].split()) or None
 
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
 class Reply:
-    """The reply rule, built once at setup from its flags and passed to rollout(), whose loop reads no flag
-    of its own: read(text, finished) -> (the action to play or None, the reply counts as valid);
-    reward(won, n_invalid) -> the episode's reward; row_rewards(won, invalid: a bool per step row) -> one
-    reward per row; adv_level "traj" (advantages from episode rewards, grpo.row_advantages) | "step".
-    At the defaults (the CPU presets): parse_action, the 0/1 outcome on every row. --preset paper reads as the
-    authors' projection does [agent_system/environments/env_package/webshop/projection.py, verl-agent's
-    alfworld_projection]: --parse_lower reads the lower-cased reply; --parse_think counts a reply without
-    <think>...</think>, or with a CJK character, invalid (still played). reward = --reward_scale * won -
-    --invalid_penalty * invalid steps, on every row (traj) or won minus the row's own penalty (step,
-    the released code's: verl-agent's per-step invalid-action penalty)."""
+    """The reply rule, built once at setup (rollout's loop reads no flag): read(text, finished) -> (action or
+    None, valid?); reward(won, n_invalid); row_rewards(won, invalid: a bool per row) -> a reward per row;
+    adv_level "traj" (grpo.row_advantages from episode rewards) | "step". Defaults (CPU presets):
+    parse_action, the 0/1 outcome. --preset paper reads as the authors' projection does
+    [agent_system/environments/env_package/webshop/projection.py, verl-agent's alfworld_projection]:
+    --parse_lower reads the lower-cased reply; --parse_think makes one without <think>...</think>, or with a
+    CJK character, invalid (still played). reward = --reward_scale * won - --invalid_penalty * invalid steps,
+    on every row (traj) or won minus the row's own penalty (step, the released code's: verl-agent's)."""
 
     def __init__(self, cfg):
         self.lower, self.think = cfg.parse_lower, cfg.parse_think
@@ -260,9 +248,9 @@ def _choice(tok, command):
 
 
 def expert_ids(tok, action, think=None):
-    """An expert action as reply token ids + EOS (aux loss and SFT targets), tokenised along a path the
-    constrained decoder allows: a search's literal start is encoded on its own, as choice_ids has it (a
-    tokenizer may merge '[' with the query's first letters). think: as expert_reply."""
+    """An expert action as reply ids + EOS (aux and SFT targets), along a path the constrained decoder
+    allows: a search's literal start encoded alone, as in choice_ids (a tokenizer may merge '[' with the
+    query). think: as expert_reply."""
     reply, head = expert_reply(action, think), _free_head()
     if reply.startswith(head):
         return (tok.encode(head, add_special_tokens=False)
@@ -365,10 +353,9 @@ def sync_check(engine, model, row, pad_id, device, cfg, seed=0, ctx=contextlib.n
 
 
 def sync_weights(llm, named_tensors):
-    """The one place that touches vLLM's weight-loading internals (vLLM 0.32). Layerwise reload through
-    collective_rpc, then drop the prefix cache (its KV came from the old weights). The older
-    model_runner.model.load_weights path corrupts the CPU backend's repacked weights."""
-    # consumed lazily, in-process
+    """The one place that touches vLLM's weight-loading internals (vLLM 0.32): a layerwise reload through
+    collective_rpc (the iterator consumed lazily, in-process), then drop the prefix cache (KV of the old
+    weights). The older model_runner.model.load_weights path corrupts the CPU backend's repacked weights."""
     llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named_tensors})
     llm.reset_prefix_cache()
 
@@ -416,8 +403,7 @@ class VLLMEngine:
                                          else {"allowed": allowed_arg(allowed[i])}))
         res = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         out = []
-        for r in res:
-            c = r.outputs[0]
+        for c in (r.outputs[0] for r in res):
             ids = list(c.token_ids)
             out.append({"ids": ids, "logprobs": [d[t].logprob for d, t in zip(c.logprobs, ids)],
                         "finished": c.finish_reason == "stop"})
@@ -426,14 +412,12 @@ class VLLMEngine:
     def sleep_mode(self, on):
         if not self.sleep:
             return
-        # level 2 drops the weights (the sync rewrites them all) and the KV cache; vLLM keeps the buffers
-        if on:
-            # (rotary tables) on the host and restores them at wake_up (vllm/v1/worker/gpu_worker.py, sleep).
-            # Level 1 would copy the weights to pinned host RAM every step: 14 GB a rank at 7B.
+        if on:  # level 2 drops the weights (the sync rewrites them all) and the KV cache; vLLM keeps the
+            # buffers (rotary tables) on the host and restores them at wake_up (vllm/v1/worker/gpu_worker.py,
+            # sleep). Level 1 would copy the weights to pinned host RAM every step: 14 GB a rank at 7B.
             self.llm.sleep(level=2)
         else:
-            # hand the trainer's freed blocks back to the driver, where vLLM allocates
-            torch.cuda.empty_cache()
+            torch.cuda.empty_cache()  # the trainer's freed blocks back to the driver, where vLLM allocates
             self.llm.wake_up()
 
 
@@ -629,10 +613,9 @@ def rollout(engine, pool, tok, groups, cfg, seed=0, reply=None):
     pool.run([("close", e["eid"]) for e in eps])
     episodes, rows = [], []
     for e in eps:
-        reward = reply.reward(e["won"], e["invalid"])
         episodes.append({"eid": e["eid"], "gid": e["gid"], "task_id": e["task"]["id"], "n": e["n"],
-                         "played": e["played"], "won": bool(e["won"]), "reward": reward,
-                         "steps": e.get("steps", 0),
+                         "played": e["played"], "won": bool(e["won"]),
+                         "reward": reply.reward(e["won"], e["invalid"]), "steps": e.get("steps", 0),
                          "score": float(e.get("score", 0.0)) if not e["error"] else 0.0,
                          "invalid": e["invalid"], "error": e["error"]})
         for r, rr in zip(e["rows"], reply.row_rewards(e["won"], [not x["valid"] for x in e["rows"]])):

@@ -53,8 +53,7 @@ def full_state(policy, opt, fsdp):
 
 
 def save(out_dir, step, policy, tok, weights, trainer, state, cfg, keep):
-    """Write into ckpt_<step>.tmp, mark COMPLETE, rename; keep the newest `keep` checkpoints (keep <= 0: all).
-    Returns the path."""
+    """Write ckpt_<step>.tmp, mark it COMPLETE, rename; keep the newest `keep` (<= 0: all). -> the path."""
     final = os.path.join(out_dir, f"ckpt_{step:06d}")
     tmp = final + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -66,8 +65,8 @@ def save(out_dir, step, policy, tok, weights, trainer, state, cfg, keep):
     open(os.path.join(tmp, "COMPLETE"), "w").write(state.get("reason", ""))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
-    others = [d for d in complete(out_dir) if d != final]  # the one just written is never pruned
-    # without COMPLETE: not ours, kept
+    # the one just written is never pruned; a directory without COMPLETE is not ours and stays
+    others = [d for d in complete(out_dir) if d != final]
     for d in others[:max(0, len(others) - (keep - 1))] if keep > 0 else []:
         shutil.rmtree(d, ignore_errors=True)
     return final

@@ -70,8 +70,8 @@ def all_sum(n, ddp):
 
 
 def reduce_dict(values, ddp, op="sum"):
-    """{name: number} summed (op "max": maxed) over ranks, as floats, one all-reduce for all of them (keys in
-    sorted order, so every rank sends the same layout); the values themselves without a process group."""
+    """{name: number} summed (op "max": maxed) over ranks as floats in one all-reduce (sorted keys: the same
+    layout on every rank); the values themselves without a process group."""
     keys = sorted(values)
     t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
     if ddp:
@@ -220,9 +220,8 @@ if __name__ == "__main__":
 
 
 def same_on_ranks(consist, step):
-    """consist: per rank, (weight sum, run-state JSON) as gathered after a step. Every rank must hold the same
-    weights and run state (the same batch, the same reduced gradients, the same scheduler update); where they
-    differ, every rank stops with one line naming the first field that differs. -> consist."""
+    """consist: per rank (weight sum, run-state JSON) after a step. Ranks must agree (same batch, reduced
+    gradients, scheduler update), else all stop with one line naming the first difference. -> consist."""
     import json
     w = [c[0] for c in consist]
     why = (f"weight sums {min(w)!r} .. {max(w)!r}" if max(w) - min(w) > 1e-6 * max(map(abs, w)) + 1e-12

@@ -26,10 +26,9 @@ def _worker_main(fd, spec_json, make_env):
 
 
 def _step_result(env, ep, action):
-    valid = env.step(ep, action)
+    valid = env.step(ep, action)  # "done": a WebShop purchase ends the episode
     return {"ok": True, "valid": valid, "obs": ep["obs"], "admissible": ep["admissible"], "won": ep["won"],
-            "score": ep.get("score", float(ep["won"])),
-            "done": ep.get("done", ep["won"])}  # WebShop: a purchase ends
+            "score": ep.get("score", float(ep["won"])), "done": ep.get("done", ep["won"])}
 
 
 def _error(e):
@@ -37,18 +36,16 @@ def _error(e):
 
 
 def _fork_episode(env, ep, close):
-    """-> (pid, Connection) of a child process that plays one episode on its copy of `env`, whose engine
-    already holds the replayed expert prefix: os.fork is the one way to copy the engine's state, which
-    lives in a C library (get_state, no set_state). `close`: the parent's connections, which the child
-    must not hold open."""
+    """-> (pid, Connection) of a forked child that plays one episode on its copy of `env`, whose engine holds
+    the replayed prefix (its state lives in a C library with get_state but no set_state: fork is the one way
+    to copy it). `close`: the parent's connections, which the child must not hold open."""
     a, b = socket.socketpair()
     pid = os.fork()
     if pid:
         b.close()
         return pid, Connection(a.detach())
     try:  # the child: one episode, then exit without running the parent's cleanup
-        a.close()
-        for c in close:
+        for c in (a, *close):
             c.close()
         gc.disable()  # a short life: no collection passes that would copy every page of the parent's heap
         kid = Connection(b.detach())
@@ -68,11 +65,10 @@ def _fork_episode(env, ep, close):
 
 
 def _worker(conn, spec, make_env):
-    """Holds engine objects (one per concurrent episode, reused) and the episodes' Python state. With
-    spec["fork_prefix"], the R resets of a group (one game, one prefix, in one batch) replay the prefix once:
-    the other R - 1 episodes are forked children of the first, right after its reset (_fork_episode)."""
-    envs, free, eps = [], [], {}  # eps: episode id -> (env index, episode dict)
-    kids = {}  # episode id -> (pid, Connection): forked episodes
+    """Holds engines (one per concurrent episode, reused) and the episodes' state. With spec["fork_prefix"],
+    the R resets of a group (one game and prefix, one batch) replay the prefix once: the other R - 1 episodes
+    are forked from the first right after its reset (_fork_episode)."""
+    envs, free, eps, kids = [], [], {}, {}  # eps: eid -> (env index, ep dict); kids: eid -> (pid, Connection)
     fork = spec.get("fork_prefix", False)
 
     def end_kid(eid):
@@ -111,8 +107,7 @@ def _worker(conn, spec, make_env):
                     if eid in eps:
                         free.append(eps.pop(eid)[0])
                     key = (gamefile, tuple(prefix))
-                    # still at the prefix's end: nothing played after it (history)
-                    tpl = eps.get(first.get(key))
+                    tpl = eps.get(first.get(key))  # forkable while still at the prefix's end (history)
                     if fork and prefix and tpl and len(tpl[1]["history"]) == len(prefix):
                         i, ep = tpl
                         kids[eid] = _fork_episode(envs[i], ep, [conn] + [c for _, c in kids.values()])
@@ -158,9 +153,9 @@ def _worker(conn, spec, make_env):
 
 class EnvPool:
     """`run(requests)` -> one result per request, in order. Requests: ("reset", eid, gamefile, prefix),
-    ("step", eid, action), ("close", eid). An episode lives on the worker its reset went to. A worker that
-    dies is restarted; its requests come back as {"ok": False, "error": "worker crashed ..."} and the rest of
-    the batch is unaffected. Create the pool before any CUDA initialisation."""
+    ("step", eid, action), ("close", eid). An episode lives on the worker its reset went to. A dead worker is
+    restarted, its requests answered {"ok": False, "error": "worker crashed ..."}; the rest of the batch goes
+    on. Create the pool before any CUDA initialisation."""
 
     def __init__(self, num_workers=2, spec=None):
         self.n, self.spec = max(1, num_workers), spec or {"env": "alfworld"}
@@ -180,12 +175,10 @@ class EnvPool:
         self.conns[w] = Connection(a.detach())
 
     def run(self, requests):
-        # resets of one game go to one worker (its translation cache and loaded engines serve the whole
-        # group); distinct games of the call are spread round-robin; later requests follow their episode
+        # a game's resets go to one worker (its translation cache and loaded engines serve the group), the
+        # call's games round-robin; later requests follow their episode
         games = sorted({r[2] for r in requests if r[0] == "reset"})
-        for r in requests:
-            if r[0] == "reset":
-                self.home[r[1]] = games.index(r[2]) % self.n
+        self.home.update({r[1]: games.index(r[2]) % self.n for r in requests if r[0] == "reset"})
         by_w = collections.defaultdict(list)
         for j, req in enumerate(requests):
             by_w[self.home.get(req[1], req[1] % self.n)].append(j)

@@ -37,15 +37,13 @@ def step_line(rec):
 
 def step_record(step, lr, p_hat, zero, update, plan, sched, hinted, redraws, sync_err, consist, times, t0,
                 outs, tasks=()):
-    """train.py's log record of a step (one per step in log.jsonl, and the step line's source). Every rank
-    computes it from the same gathered lists. p_hat: the batch's task success rates (None: every episode
-    errored; NaN: no play); tasks: the batch's tasks in the same order (their task_type gives by_type:
-    {type: [all-0 groups, groups, mean success]}, the per-type reading of a mixed batch); zero:
-    [(zero-advantage groups, groups)] per rank; update: learn.batch's output; plan: the scheduler's; sched:
-    its stats(); hinted: (the scheduler's view of the batch, the batch's hints, the task ids whose hint the
-    step's episodes moved: the hint source's observe()); outs: per rank
-    (rollout stats, probe stats, episodes, error episodes); consist: per rank (weight sum, run-state JSON);
-    times: t_* seconds; t0: the step's start (time.time())."""
+    """train.py's log record of a step (log.jsonl; the step line's source), the same on every rank (gathered
+    lists). p_hat: the batch's task success rates (None: every episode errored; NaN: no play); tasks: the
+    batch's tasks in that order (by_type: {task_type: [all-0 groups, groups, mean success]}); zero: per rank
+    (zero-advantage groups, groups); update: learn.batch's output; plan, sched: the scheduler's plan and
+    stats(); hinted: (the scheduler's view of the batch, its hints, the task ids whose hint the step moved:
+    observe()); outs: per rank (rollout stats, probe stats, episodes, error episodes); consist: per rank
+    (weight sum, run-state JSON); times: t_* seconds; t0: the step's start (time.time())."""
     import time
     p_kept = [p for p in p_hat if p is not None and p == p]
     mean = lambda xs: float(np.mean(xs)) if p_kept else None  # noqa: E731

@@ -8,10 +8,9 @@ import numpy as np
 
 
 def encode_state(value, where):
-    """A JSON-able copy of a state value: numpy arrays as {"__ndarray__": list, "dtype"}, dicts with int keys
-    as {"__int_keys__": [[k, v], ...]}, lists and str-keyed dicts recursively, numpy scalars as Python
-    numbers. Anything else (a tuple, a set, an object) is refused with a clear error rather than coming back
-    as something else."""
+    """A JSON-able copy of a state value: numpy arrays as {"__ndarray__": list, "dtype"}, int-keyed dicts as
+    {"__int_keys__": [[k, v], ...]}, lists and str-keyed dicts recursively, numpy scalars as Python numbers;
+    anything else (a tuple, a set, an object) raises rather than coming back as something else."""
     if isinstance(value, np.ndarray):
         return {"__ndarray__": value.tolist(), "dtype": str(value.dtype)}
     if isinstance(value, np.generic):

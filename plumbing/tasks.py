@@ -34,9 +34,8 @@ def train_subset(tasks, n):
 
 
 def batch_indices(step, B, N, seed):
-    """|B| task indices of a training step: epoch-wise permutations of the N tasks seeded by (seed, epoch),
-    read in order across epoch boundaries. A pure function of the step, so a resumed run sees the same
-    batches."""
+    """|B| task indices of a step: epoch-wise permutations of the N tasks seeded by (seed, epoch), read in
+    order across epoch boundaries; a pure function of the step (a resumed run sees the same batches)."""
     idx, epoch = [], (step * B) // N
     while len(idx) < B:
         perm = np.random.default_rng([seed, epoch]).permutation(N)
