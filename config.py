@@ -148,6 +148,8 @@ class Config:
                             "samples depend on the batching) | episode (a stream per episode and turn, "
                             "keyed by seed, step, batch position, rollout, turn: the same samples however "
                             "the requests are batched; docs/running.md)")
+    overlap: bool = F(False, "the episodes played in two halves, the engine generating for one while the env "
+                      "workers step the other (needs --sample_streams episode: the same samples as without)")
     # ---- scheduler (docs/method.md §2, §3, §4) ----
     scheduler: str = F("g2", "the depth rule (the list below; module:Class: a rule of your own)")
     fixed_ratio: float = F(0.5, "ratio for --scheduler fixed")
@@ -421,6 +423,9 @@ def validate(cfg):
                          "and C >= 0")
     if cfg.dual_clip != 0 and cfg.dual_clip <= 1:
         raise ValueError("--dual_clip must be > 1 (or 0 = off)")
+    if cfg.overlap and cfg.sample_streams != "episode":
+        raise ValueError("--overlap 1 needs --sample_streams episode (else how the halves are batched changes "
+                         "the samples)")
     if cfg.ppo_mini_batch < 0 or cfg.entropy_coef < 0:
         raise ValueError("--ppo_mini_batch and --entropy_coef must be >= 0")
     for name in filter(None, cfg.loss_terms.split(",")):  # each one importable: a one-line error now

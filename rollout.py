@@ -569,8 +569,7 @@ def rollout(engine, pool, tok, groups, cfg, seed=0, reply=None):
                             "gid": e["gid"], "t": t, "n": len(r["prefix_steps"]),
                             **({"allowed": choice_ids(tok, adm)} if cfg.constrained else {})})
         e["done"] = e["won"] or e["steps"] >= cfg.max_steps
-    turn = 0
-    while live := [e for e in eps if not e["done"]]:
+    def ask(live, turn):  # one turn's generation for a lane's live episodes -> their env requests
         fitted = fit_prompts(tok, [(e["goal"], e["room"], e["history"], e["obs"], e["admissible"], e["steps"],
                                     e["text"]) for e in live], cfg)
         prompts = [ids for ids, _ in fitted]
@@ -590,8 +589,11 @@ def rollout(engine, pool, tok, groups, cfg, seed=0, reply=None):
                               "gid": e["gid"], "eid": e["eid"], "t": e["steps"], "valid": ok, "text": text,
                               **({"allowed": allowed[j]} if allowed is not None else {})})
             reqs.append(("step", e["eid"], action if action is not None else ""))
+        return reqs
+
+    def settle(lane, live, reqs, ticket):  # the workers' answers to a lane's turn
         t0 = time.time()
-        res = pool.run(reqs)
+        res = pool.recv(ticket)
         st["t_env"] += time.time() - t0
         for e, req, r in zip(live, reqs, res):
             e["steps"] += 1
@@ -609,7 +611,26 @@ def rollout(engine, pool, tok, groups, cfg, seed=0, reply=None):
             e["history"].append((e["obs"], req[2]))
             e.update(obs=r["obs"], admissible=r["admissible"], won=r["won"], score=r["score"])
             e["done"] = e["won"] or r["done"] or e["steps"] >= cfg.max_steps
-        turn += 1
+
+    # the turns: --overlap plays two lanes, the engine generating for one while the workers step the other
+    # (each episode samples from its own stream, so the lanes change no sample)
+    lanes = [eps[0::2], eps[1::2]] if streams and cfg.overlap else [eps]
+    turn, flight = 0, None  # flight: (lane, its live episodes, their requests, the pool's ticket)
+    while flight or any(not e["done"] for e in eps):
+        for k, lane in enumerate(lanes):
+            if flight and flight[0] == k:  # a lane's own previous turn first
+                settle(*flight)
+                flight = None
+            live = [e for e in lane if not e["done"]]
+            reqs = ask(live, turn) if live else []
+            turn += bool(live)
+            if flight:  # the other lane's, stepped during this generation
+                settle(*flight)
+                flight = None
+            if reqs:
+                t0 = time.time()
+                flight = (k, live, reqs, pool.send(reqs))
+                st["t_env"] += time.time() - t0
     pool.run([("close", e["eid"]) for e in eps])
     episodes, rows = [], []
     for e in eps:

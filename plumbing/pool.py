@@ -152,10 +152,11 @@ def _worker(conn, spec, make_env):
 
 
 class EnvPool:
-    """`run(requests)` -> one result per request, in order. Requests: ("reset", eid, gamefile, prefix),
-    ("step", eid, action), ("close", eid). An episode lives on the worker its reset went to. A dead worker is
-    restarted, its requests answered {"ok": False, "error": "worker crashed ..."}; the rest of the batch goes
-    on. Create the pool before any CUDA initialisation."""
+    """`run(requests)` -> one result per request, in order (`send` then `recv`: the caller works meanwhile;
+    one call in flight at a time). Requests: ("reset", eid, gamefile, prefix), ("step", eid, action),
+    ("close", eid). An episode lives on the worker its reset went to. A dead worker is restarted, its requests
+    answered {"ok": False, "error": "worker crashed ..."}; the rest of the batch goes on. Create the pool
+    before any CUDA initialisation."""
 
     def __init__(self, num_workers=2, spec=None):
         self.n, self.spec = max(1, num_workers), spec or {"env": "alfworld"}
@@ -175,6 +176,9 @@ class EnvPool:
         self.conns[w] = Connection(a.detach())
 
     def run(self, requests):
+        return self.recv(self.send(requests))
+
+    def send(self, requests):  # -> a ticket for recv
         # a game's resets go to one worker (its translation cache and loaded engines serve the group), the
         # call's games round-robin; later requests follow their episode
         games = sorted({r[2] for r in requests if r[0] == "reset"})
@@ -187,6 +191,10 @@ class EnvPool:
                 self.conns[w].send([requests[j] for j in js])
             except (BrokenPipeError, OSError):
                 pass  # noticed on recv
+        return requests, by_w
+
+    def recv(self, ticket):
+        requests, by_w = ticket
         results = [None] * len(requests)
         for w, js in by_w.items():
             try:

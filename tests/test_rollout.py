@@ -712,3 +712,37 @@ def test_an_episode_samples_the_same_whatever_shares_its_batch(tiny, pool):
     alone = turns(rollout(eng, pool, tok, [gb], c), 0)
     assert alone == turns(rollout(eng, pool, tok, [ga, gb], c), 1) == turns(rollout(eng, pool, tok, [gb, ga], c), 0)
     assert len(alone) == 2 and alone[0] != alone[1]  # rollout 0 and 1 of a group: two streams
+
+
+def test_overlap_steps_one_lane_while_the_other_generates_and_plays_the_same_episodes(tiny, pool):
+    """--overlap 1: the episodes in two lanes, the workers stepping one lane's turn while the engine generates
+    the other's (the calls' order shows it: send, generate, recv); each episode samples from its own stream, so
+    every episode plays the same turns, replies and outcome as without the overlap."""
+    path, tok = tiny
+    eng = HFEngine(path, tok)
+    a, b = load_tasks("train")[:2]
+    groups = [{**grp(a, 1, 2), "key": ("train", 0, 5, 0)}, {**grp(b, 0, 2), "key": ("train", 0, 5, 1)}]
+    calls = []
+
+    class Logged:  # the real engine or pool, each call's name logged
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            f = getattr(self.inner, name)
+            return lambda *a, **k: (calls.append(name), f(*a, **k))[1]
+
+    def play(overlap):
+        calls.clear()
+        c = cfg(constrained=True, sample_streams="episode", max_steps=4, overlap=overlap)
+        out = rollout(Logged(eng), Logged(pool), tok, groups, c)
+        return [(e["played"], e["won"], e["steps"], e["invalid"],
+                 [r["response_ids"] for r in out["rows"] if r["eid"] == e["eid"]]) for e in out["episodes"]], \
+            " ".join(calls), out["stats"]
+    off, calls_off, st_off = play(False)
+    on, calls_on, st_on = play(True)
+    assert on == off and len(on) == 4 and sum(e[2] for e in on) > 4
+    assert "send generate recv" in calls_on and "send generate recv" not in calls_off
+    assert calls_on.count("generate") > calls_off.count("generate")  # two lanes: two calls a turn
+    for k in ("env_steps", "gen_tokens", "prompts", "invalid", "prefix_steps", "rollouts"):
+        assert st_on[k] == st_off[k], k
