@@ -569,6 +569,7 @@ def rollout(engine, pool, tok, groups, cfg, seed=0, reply=None):
                             "gid": e["gid"], "t": t, "n": len(r["prefix_steps"]),
                             **({"allowed": choice_ids(tok, adm)} if cfg.constrained else {})})
         e["done"] = e["won"] or e["steps"] >= cfg.max_steps
+
     def ask(live, turn):  # one turn's generation for a lane's live episodes -> their env requests
         fitted = fit_prompts(tok, [(e["goal"], e["room"], e["history"], e["obs"], e["admissible"], e["steps"],
                                     e["text"]) for e in live], cfg)
@@ -591,7 +592,7 @@ def rollout(engine, pool, tok, groups, cfg, seed=0, reply=None):
             reqs.append(("step", e["eid"], action if action is not None else ""))
         return reqs
 
-    def settle(lane, live, reqs, ticket):  # the workers' answers to a lane's turn
+    def settle(lane, live, reqs, ticket):  # the workers' answers to a lane's turn -> None: nothing in flight
         t0 = time.time()
         res = pool.recv(ticket)
         st["t_env"] += time.time() - t0
@@ -619,18 +620,13 @@ def rollout(engine, pool, tok, groups, cfg, seed=0, reply=None):
     while flight or any(not e["done"] for e in eps):
         for k, lane in enumerate(lanes):
             if flight and flight[0] == k:  # a lane's own previous turn first
-                settle(*flight)
-                flight = None
+                flight = settle(*flight)
             live = [e for e in lane if not e["done"]]
             reqs = ask(live, turn) if live else []
             turn += bool(live)
             if flight:  # the other lane's, stepped during this generation
-                settle(*flight)
-                flight = None
-            if reqs:
-                t0 = time.time()
-                flight = (k, live, reqs, pool.send(reqs))
-                st["t_env"] += time.time() - t0
+                flight = settle(*flight)
+            flight = (k, live, reqs, pool.send(reqs)) if reqs else None
     pool.run([("close", e["eid"]) for e in eps])
     episodes, rows = [], []
     for e in eps:
