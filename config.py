@@ -144,10 +144,10 @@ class Config:
                           "(the env worker forks after it) instead of R replays: "
                           "the same episodes, less env time")
     temperature: float = F(1.0, "rollout sampling temperature")
-    sample_streams: str = F("engine", "engine (every request draws from its engine's one seeded stream: "
-                            "samples depend on the batching) | episode (a stream per episode and turn, "
-                            "keyed by seed, step, batch position, rollout, turn: the same samples however "
-                            "the requests are batched; docs/running.md)")
+    sample_streams: str = F("episode", "episode (a stream per episode and turn, keyed by seed, step, batch "
+                            "position, rollout, turn: the same samples however the requests are batched; "
+                            "docs/running.md) | engine (every request draws from its engine's one seeded "
+                            "stream: samples depend on the batching)")
     overlap: bool = F(False, "the episodes played in two halves, the engine generating for one while the env "
                       "workers step the other (needs --sample_streams episode: the same samples as without)")
     # ---- scheduler (docs/method.md §2, §3, §4) ----

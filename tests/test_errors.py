@@ -104,7 +104,7 @@ def test_pruning_keeps_the_checkpoint_just_written(tmp_path):
     (["--lr", "-1"], ["--lr must be > 0 (got -1.0)"]),
     (["--eta", "nan"], ["--eta nan: expected a number"]),
     (["--train_games", "-5"], ["--train_games >= 0 (got -5; 0 = all)"]),
-    (["--overlap", "1"], ["--overlap 1 needs --sample_streams episode"]),
+    (["--overlap", "1", "--sample_streams", "engine"], ["--overlap 1 needs --sample_streams episode"]),
 ])
 def test_bad_numbers_fail_at_start_up_in_one_line(args, words):
     one_line(*run("train.py", *args), *words)

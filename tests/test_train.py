@@ -346,10 +346,13 @@ def test_self_hints_run_and_resume_warns_when_a_run_state_is_missing(tmp_path):
 
 
 
+# written with the engine's one sampling stream, then the default: the flag given, the same runs
 PAPER_TINY = ["--preset", "paper", "--games", "builtin", "--model", "tiny", "--steps", "3", "--batch_tasks", "2",
               "--max_steps", "20", "--group_size", "2", "--max_new_tokens", "16", "--max_prompt_tokens", "1024",
-              "--eval_games", "-1", "--ckpt_every", "0", "--num_workers", "1", "--micro_batch", "8"]
-MIX6 = ["--preset", "cpu_mix6", "--steps", "3", "--batch_tasks", "4", "--eval_games", "-1", "--ckpt_every", "0"]
+              "--eval_games", "-1", "--ckpt_every", "0", "--num_workers", "1", "--micro_batch", "8",
+              "--sample_streams", "engine"]
+MIX6 = ["--preset", "cpu_mix6", "--steps", "3", "--batch_tasks", "4", "--eval_games", "-1", "--ckpt_every", "0",
+        "--sample_streams", "engine"]
 
 
 # paper_tiny's records were written when --preset paper packed rows (--pack_tokens 512; its short tiny-model rows
