@@ -395,16 +395,22 @@ def test_a_task_whose_prefix_fills_the_step_budget_is_redrawn(tmp_path):
     assert records(tmp_path)[0]["redraws"] == 10
 
 
-def test_an_evaluation_before_a_step_leaves_its_episodes_alone(tmp_path):
+def test_an_evaluation_before_a_step_or_the_overlap_leaves_its_episodes_alone(tmp_path):
     """--sample_streams episode: a run that evaluates before step 1 (--eval_every 1) plays step 1's episodes as a run
     that does not (every field of the step records equal but timings); the evaluation draws from streams of its own.
-    With the engine's one stream (--sample_streams engine) the evaluation consumes draws step 1 would have used."""
+    With the engine's one stream (--sample_streams engine) the evaluation consumes draws step 1 would have used.
+    --overlap 1 (generation beside the env workers, in two lanes) plays the same episodes too: every count equal,
+    the update's floats to float noise (the engine's log-probs vary ~1e-7 when it shares the cores)."""
     got = {}
-    for every in ("0", "1"):
-        train(tmp_path / every, "--steps", "2", "--sample_streams", "episode", "--eval_every", every,
-              "--ckpt_every", "0")
-        got[every] = [{k: v for k, v in r.items() if not k.startswith("t_")} for r in records(tmp_path / every)]
+    for name, flags in (("0", ["--eval_every", "0"]), ("1", ["--eval_every", "1"]),
+                        ("overlap", ["--eval_every", "0", "--overlap", "1"])):
+        train(tmp_path / name, "--steps", "2", "--sample_streams", "episode", "--ckpt_every", "0", *flags)
+        got[name] = [{k: v for k, v in r.items() if not k.startswith("t_")} for r in records(tmp_path / name)]
     assert len(got["0"]) == 2 and got["0"] == got["1"]
+    for a, b in zip(got["0"], got["overlap"]):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert b[k] == (pytest.approx(a[k], rel=1e-5, abs=1e-6) if isinstance(a[k], float) else a[k]), k
 
 
 def test_two_ranks_sample_the_episodes_one_process_samples(tmp_path):
