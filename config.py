@@ -424,8 +424,8 @@ def validate(cfg):
     if cfg.dual_clip != 0 and cfg.dual_clip <= 1:
         raise ValueError("--dual_clip must be > 1 (or 0 = off)")
     if cfg.overlap and cfg.sample_streams != "episode":
-        raise ValueError("--overlap 1 needs --sample_streams episode (else how the halves are batched changes "
-                         "the samples)")
+        raise ValueError("--overlap 1 needs --sample_streams episode (else the lanes' batching changes the "
+                         "samples)")
     if cfg.ppo_mini_batch < 0 or cfg.entropy_coef < 0:
         raise ValueError("--ppo_mini_batch and --entropy_coef must be >= 0")
     for name in filter(None, cfg.loss_terms.split(",")):  # each one importable: a one-line error now

@@ -110,7 +110,7 @@ pool = EnvPool(cfg.num_workers, env_spec(cfg))
 model_path = local_first(lambda: resolve_model(cfg), ddp, local_rank)  # 'tiny': built once per node
 try:
     tok = AutoTokenizer.from_pretrained(model_path)
-    # fp32 master weights, read straight onto the device (accelerate): no full host copy per rank (30 GB at 7B)
+    # fp32 master weights read straight onto the device (accelerate): no full host copy a rank (30 GB at 7B)
     policy = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, device_map=device)
 except (OSError, ValueError) as e:  # a hub id that is not reachable (offline, a typo)
     model_error(cfg.model, e)

@@ -22,8 +22,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the reposi
 
 
 def _worker_main(fd, spec_json, make_env):
-    """A pool worker's entry (a fresh interpreter): make_env(spec) builds its engines (envs.make_env). At the end
-    its exit handlers run, but not the interpreter's teardown of the engines' modules (~0.3 s a worker)."""
+    """A pool worker's entry (a fresh interpreter): make_env(spec) builds its engines (envs.make_env). At the
+    end its exit handlers run, not the interpreter's teardown of the engines' modules (~0.3 s a worker)."""
     _worker(Connection(fd), json.loads(spec_json), make_env)
     atexit._run_exitfuncs()
     sys.stdout.flush()

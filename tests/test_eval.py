@@ -91,16 +91,17 @@ def test_replay_on_hand_made_curves():
 
 
 class ScriptedPolicy:
-    """Test double for the engine: the expert's next action, or a uniformly random admissible reply."""
+    """Test double for the engine: the expert's next action, or a uniformly random admissible reply drawn, as the
+    engines draw, from the call's one stream (seed an int) or from each request's own (a list of seeds)."""
 
     def __init__(self, tok, tasks, random_policy=False):
         self.tok, self.walk, self.random = tok, {t["walkthrough"][0]: t for t in tasks}, random_policy
         self.tasks = tasks
 
     def generate(self, prompts, max_new_tokens, temperature=1.0, seed=0, allowed=None):
-        rng = random.Random(seed)
+        rngs = [random.Random(s) for s in seed] if isinstance(seed, list) else [random.Random(seed)] * len(prompts)
         out = []
-        for p, al in zip(prompts, allowed):
+        for p, al, rng in zip(prompts, allowed, rngs):
             text = self.tok.decode(p)
             task = text.split("task: ")[1].split("\n")[0]
             done = text.split("done: ")[1].split("\n")[0]
