@@ -592,7 +592,7 @@ def rollout(engine, pool, tok, groups, cfg, seed=0, reply=None):
             reqs.append(("step", e["eid"], action if action is not None else ""))
         return reqs
 
-    def settle(lane, live, reqs, ticket):  # the workers' answers to a lane's turn -> None: nothing in flight
+    def settle(live, reqs, ticket):  # the workers' answers to a lane's turn -> None: nothing in flight
         t0 = time.time()
         res = pool.recv(ticket)
         st["t_env"] += time.time() - t0
@@ -620,12 +620,12 @@ def rollout(engine, pool, tok, groups, cfg, seed=0, reply=None):
     while flight or any(not e["done"] for e in eps):
         for k, lane in enumerate(lanes):
             if flight and flight[0] == k:  # a lane's own previous turn first
-                flight = settle(*flight)
+                flight = settle(*flight[1:])
             live = [e for e in lane if not e["done"]]
             reqs = ask(live, turn) if live else []
             turn += bool(live)
             if flight:  # the other lane's, stepped during this generation
-                flight = settle(*flight)
+                flight = settle(*flight[1:])
             flight = (k, live, reqs, pool.send(reqs)) if reqs else None
     pool.run([("close", e["eid"]) for e in eps])
     episodes, rows = [], []
