@@ -22,15 +22,20 @@ loads both). Engine facts this file works around (each in one small function):
 - fast_downward.pddl2sas overwrites sys.argv; the expert only recognises 'put' (`gamegen.patch_expert`).
 """
 import argparse
+import contextlib
 import functools
+import hashlib
+import importlib.metadata
 import os
+import pickle
 import re
 import sys
 import time
+import zlib
 
 from plumbing.classes import load_class
-from plumbing.gamegen import (BUILTIN, BUILTIN_TAR, HERE, INVALID_OBS, _alfworld_env, length_table,
-                              load_tasks, make_builtin, make_games, official_root, task_text)
+from plumbing.gamegen import (BUILTIN, BUILTIN_TAR, HERE, INVALID_OBS, _alfworld_env, default_cache,
+                              length_table, load_tasks, make_builtin, make_games, official_root, task_text)
 from plumbing.pool import EnvPool  # noqa: F401  (re-exported: the worker pool that plays these envs)
 from plumbing.webshop import WebShopEnv
 from tools.webshop_doctor import webshop_doctor
@@ -106,18 +111,30 @@ class Env:
 # ---------------------------------------------------------------------------------------------
 def _cache_pddl2sas():
     """Reset re-translates the PDDL (twice) every time: ~90% of its cost. The translation is a pure function
-    of (domain, problem, optimize), so cache it per process. Also stops it clobbering sys.argv."""
+    of (domain, problem, optimize), so keep it per process and on disk for every later worker and run
+    (default_cache()/sas, keyed by the inputs and the package's version). Stops it clobbering sys.argv."""
     import fast_downward
     if getattr(fast_downward.pddl2sas, "_g2_cache", False):
         return
-    orig, cache = fast_downward.pddl2sas, {}
+    orig, cache, folder = fast_downward.pddl2sas, {}, os.path.join(default_cache(), "sas")
+    version = importlib.metadata.version("fast_downward_textworld")
 
     def pddl2sas(domain, problem, verbose=False, optimize=False):
-        key = (hash(domain), hash(problem), optimize)
+        key = hashlib.sha256(f"{version}|{optimize}|{domain}|{problem}".encode()).hexdigest()
         if key not in cache:
-            argv = list(sys.argv)
-            cache[key] = orig(domain, problem, verbose=verbose, optimize=optimize)
-            sys.argv[:] = argv
+            path = os.path.join(folder, key + ".pkl.z")
+            try:
+                with open(path, "rb") as f:
+                    cache[key] = pickle.loads(zlib.decompress(f.read()))
+            except Exception:  # absent or unreadable: translate, and keep it
+                argv = list(sys.argv)
+                cache[key] = orig(domain, problem, verbose=verbose, optimize=optimize)
+                sys.argv[:] = argv
+                with contextlib.suppress(OSError):  # a read-only or full disk: this process's copy only
+                    os.makedirs(folder, exist_ok=True)
+                    with open(f"{path}.{os.getpid()}", "wb") as f:
+                        f.write(zlib.compress(pickle.dumps(cache[key]), 1))
+                    os.replace(f.name, path)  # atomic: a reader sees the whole file or none
             if len(cache) > 512:
                 cache.pop(next(iter(cache)))
         return cache[key]

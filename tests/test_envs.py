@@ -76,22 +76,35 @@ print(json.dumps(out))
 """
 
 
-def test_engine_caches_leave_every_observation_unchanged():
+def test_engine_caches_leave_every_observation_unchanged(tmp_path):
     """The parse / translation caches and the shallow text-generation contexts (envs._cache_*,
     envs._shallow_textgen_context) patch TextWorld process-wide: a fresh process without them and one with
     them play the same 12 episodes (expert prefix, then random actions) and must see the same text at every
-    step."""
+    step; so must a process that reads the translations from the disk cache the first one wrote, and one whose
+    cached files are corrupt (it translates again and rewrites them)."""
     import subprocess
     import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    got = {m: subprocess.run([sys.executable, "-c", PLAY, m], cwd=root, capture_output=True, text=True,
-                             timeout=600)
-           for m in ("plain", "cached")}
-    assert all(p.returncode == 0 for p in got.values()), \
-        got["plain"].stderr[-2000:] + got["cached"].stderr[-2000:]
-    plain, cached = (json.loads(got[m].stdout) for m in ("plain", "cached"))
+    sas = tmp_path / "sas"
+
+    def play(mode):
+        p = subprocess.run([sys.executable, "-c", PLAY, mode], cwd=root, capture_output=True, text=True,
+                           timeout=600, env={**os.environ, "AGENT_G2_CACHE": str(tmp_path)})
+        assert p.returncode == 0, p.stderr[-2000:]
+        return json.loads(p.stdout)
+    plain = play("plain")
     assert len(plain) == 12 and sum(len(r) for r in plain) == 12 * 52
-    assert plain == cached
+    assert not sas.exists()
+    assert play("cached") == plain  # translates and writes the disk cache
+    files = sorted(sas.iterdir())
+    assert len(files) == 2 * 12 and all(f.suffix == ".z" for f in files)  # two translations a game
+    stamps = {f: f.stat().st_mtime_ns for f in files}
+    assert play("cached") == plain  # reads it: no file rewritten
+    assert {f: f.stat().st_mtime_ns for f in files} == stamps
+    for f in files:
+        f.write_bytes(b"not a translation")
+    assert play("cached") == plain  # unreadable files: translated again and rewritten
+    assert all(f.stat().st_size > 1000 for f in files) and sorted(sas.iterdir()) == files
 
 
 def children(pid, zombie=False):
