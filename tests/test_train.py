@@ -93,12 +93,16 @@ def wait_for_step(p, log, step):
 
 
 def test_ddp_two_ranks_match_single_process(tmp_path):
-    """2 ranks = 1 process on the same global batch, with PPO mini-batches smaller than the batch (so several
-    optimizer steps a batch, cut from the global rows); SIGTERM to rank 1 alone stops both ranks after the same step
-    with one checkpoint, and the run resumes from it."""
-    # greedy rollouts make the episodes independent of how tasks are split over ranks; 4 tasks x 2 rollouts x up to
-    # 8 steps: up to 64 rows a batch, so 12 rows a mini-batch takes several optimizer steps
-    common = ["--steps", "3", "--temperature", "0", "--ckpt_every", "0", "--engine", "vllm", "--ppo_mini_batch", "12"]
+    """2 ranks = 1 process on the same global batch, sampled (T = 1, a stream per episode), with PPO mini-batches
+    smaller than the batch (so several optimizer steps a batch, cut from the global rows); SIGTERM to rank 1 alone
+    stops both ranks after the same step with one checkpoint, and the run resumes from it. The two ranks (stopped
+    and resumed) and one process play the same episodes for 3 steps: every field of the step records that is not a
+    float (successes, tokens generated, invalid replies, truncations, depths, per-type counts) equal, the floats
+    (losses, update size: DDP sums in another order) to 1e-5 relative or 1e-6 absolute (pg is a sum near 0 at
+    ratio 1), the weights to 1e-5."""
+    # 4 tasks x 2 rollouts x up to 8 steps: up to 64 rows a batch, so 12 rows a mini-batch takes several steps
+    common = ["--steps", "3", "--sample_streams", "episode", "--ckpt_every", "0", "--engine", "vllm",
+              "--ppo_mini_batch", "12"]
     p = train(tmp_path / "ddp", *common, torchrun=2, wait=False)
     wait_for_step(p, tmp_path / "ddp" / "log.jsonl", 0)
     pid = worker_pid(p.pid, 1)
@@ -113,12 +117,14 @@ def test_ddp_two_ranks_match_single_process(tmp_path):
     train(tmp_path / "ddp", *common, "--resume", "auto", torchrun=2)
     train(tmp_path / "single", *common)
     ddp, single = records(tmp_path / "ddp"), records(tmp_path / "single")
-    assert [r["step"] for r in ddp] == [0, 1, 2]
+    assert [r["step"] for r in ddp] == [0, 1, 2] and len(single) == 3
     for r in ddp:
         assert r["rank_param_spread"] == 0.0 and r["state_same_on_ranks"]
+    assert max(r["ratio_dev"] for r in single) > 0  # several optimizer steps a batch
     for a, b in zip(ddp, single):
-        assert a["mu_global"] == b["mu_global"] and a["A"] == pytest.approx(b["A"]) and a["success"] == b["success"]
-        assert a["aux"] == pytest.approx(b["aux"], rel=1e-4)
+        for key in [key for key in b if not key.startswith("t_") and key not in ("mem_peak_gb",)]:
+            want = pytest.approx(b[key], rel=1e-5, abs=1e-6) if isinstance(b[key], float) else b[key]
+            assert a[key] == want, (a["step"], key)
     wa, wb = weights(tmp_path / "ddp" / "ckpt_000003"), weights(tmp_path / "single" / "ckpt_000003")
     assert max((wa[k] - wb[k]).abs().max().item() for k in wa) < 1e-5
 
@@ -411,22 +417,6 @@ def test_an_evaluation_before_a_step_or_the_overlap_leaves_its_episodes_alone(tm
         assert a.keys() == b.keys()
         for k in a:
             assert b[k] == (pytest.approx(a[k], rel=1e-5, abs=1e-6) if isinstance(a[k], float) else a[k]), k
-
-
-def test_two_ranks_sample_the_episodes_one_process_samples(tmp_path):
-    """--sample_streams episode, sampled (T = 1): a 2-rank gloo run and one process play the same episodes for 3
-    steps: every field of the step records that is not a float (successes, tokens generated, invalid replies,
-    truncations, depths, per-type counts) equal, the floats (losses, update size: DDP sums in another order) to
-    1e-5 relative or 1e-6 absolute (pg is a sum near 0 at ratio 1)."""
-    common = ["--steps", "3", "--sample_streams", "episode", "--ckpt_every", "0", "--engine", "vllm"]
-    train(tmp_path / "ddp", *common, torchrun=2)
-    train(tmp_path / "single", *common)
-    ddp, single = records(tmp_path / "ddp"), records(tmp_path / "single")
-    assert len(ddp) == len(single) == 3
-    for a, b in zip(ddp, single):
-        for k in [k for k in b if not k.startswith("t_") and k not in ("mem_peak_gb",)]:
-            want = pytest.approx(b[k], rel=1e-5, abs=1e-6) if isinstance(b[k], float) else b[k]
-            assert a[k] == want, (a["step"], k)
 
 
 def test_the_hint_free_share_rule_trains_and_checkpoints(tmp_path):
