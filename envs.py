@@ -30,6 +30,7 @@ import os
 import pickle
 import re
 import sys
+import tempfile
 import time
 import zlib
 
@@ -112,31 +113,39 @@ class Env:
 def _cache_pddl2sas():
     """Reset re-translates the PDDL (twice) every time: ~90% of its cost. The translation is a pure function
     of (domain, problem, optimize), so keep it per process and on disk for every later worker and run
-    (default_cache()/sas, keyed by the inputs and the package's version). Stops it clobbering sys.argv."""
+    (default_cache()/sas, keyed by the inputs and the package's version; keep it private: files are
+    unpickled). An unpickled Task's conditions keep the writer's hashes: TextWorld reads its actions, types
+    and objects, never compares them. Stops the translation clobbering sys.argv."""
     import fast_downward
     if getattr(fast_downward.pddl2sas, "_g2_cache", False):
         return
-    orig, cache, folder = fast_downward.pddl2sas, {}, os.path.join(default_cache(), "sas")
+    orig, cache = fast_downward.pddl2sas, {}
     version = importlib.metadata.version("fast_downward_textworld")
 
     def pddl2sas(domain, problem, verbose=False, optimize=False):
-        key = hashlib.sha256(f"{version}|{optimize}|{domain}|{problem}".encode()).hexdigest()
+        key = hashlib.sha256(repr((version, optimize, domain, problem)).encode()).hexdigest()
+        if key in cache:
+            return cache[key]
+        with contextlib.suppress(Exception):  # absent or unreadable: translated below
+            with open(os.path.join(default_cache(), "sas", key + ".pkl.z"), "rb") as f:
+                cache[key] = pickle.loads(zlib.decompress(f.read()))
         if key not in cache:
-            path = os.path.join(folder, key + ".pkl.z")
+            argv = list(sys.argv)
+            cache[key] = orig(domain, problem, verbose=verbose, optimize=optimize)
+            sys.argv[:] = argv
+            tmp = None
             try:
-                with open(path, "rb") as f:
-                    cache[key] = pickle.loads(zlib.decompress(f.read()))
-            except Exception:  # absent or unreadable: translate, and keep it
-                argv = list(sys.argv)
-                cache[key] = orig(domain, problem, verbose=verbose, optimize=optimize)
-                sys.argv[:] = argv
-                with contextlib.suppress(OSError):  # a read-only or full disk: this process's copy only
-                    os.makedirs(folder, exist_ok=True)
-                    with open(f"{path}.{os.getpid()}", "wb") as f:
-                        f.write(zlib.compress(pickle.dumps(cache[key]), 1))
-                    os.replace(f.name, path)  # atomic: a reader sees the whole file or none
-            if len(cache) > 512:
-                cache.pop(next(iter(cache)))
+                folder = os.path.join(default_cache(), "sas")
+                os.makedirs(folder, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+                with os.fdopen(fd, "wb") as f:
+                    f.write(zlib.compress(pickle.dumps(cache[key]), 1))
+                os.replace(tmp, os.path.join(folder, key + ".pkl.z"))  # atomic: a whole file or none
+            except Exception:  # a read-only or full disk: this process's copy only, no file left behind
+                with contextlib.suppress(Exception):  # (tmp None: nothing was created)
+                    os.remove(tmp)
+        if len(cache) > 512:
+            cache.pop(next(iter(cache)))
         return cache[key]
     pddl2sas._g2_cache = True
     fast_downward.pddl2sas = pddl2sas

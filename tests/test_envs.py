@@ -60,10 +60,24 @@ def test_prefix_reset_equals_manual_steps():
 
 
 PLAY = """
-import json, random, sys
+import hashlib, json, random, sys
+import fast_downward
+import textworld.envs.pddl.logic as tw_logic
+translated, served = [], []
+translate = fast_downward.pddl2sas
+def counted(*a, **k):  # the real translation, counted
+    translated.append(1)
+    return translate(*a, **k)
+fast_downward.pddl2sas = counted
 from envs import AlfEnv
 from plumbing.tasks import load_tasks
 env, out = AlfEnv(cache_translation=sys.argv[1] == "cached"), []
+cached = fast_downward.pddl2sas  # the caches' function (plain: `counted` itself)
+def seen(domain, problem, verbose=False, optimize=False):  # what TextWorld gets: the Task's type, SAS text
+    r = cached(domain, problem, verbose=verbose, optimize=optimize)
+    served.append([optimize, type(r[0]).__name__, hashlib.sha256(r[1].encode()).hexdigest()])
+    return r
+tw_logic.fast_downward.pddl2sas = seen
 for i, t in enumerate(random.Random(0).sample(load_tasks("train"), 12)):
     r = random.Random(i)
     ep = env.reset(t["gamefile"], t["walkthrough"][:r.randint(0, t["L"])])
@@ -72,7 +86,7 @@ for i, t in enumerate(random.Random(0).sample(load_tasks("train"), 12)):
         a = r.choice(ep["admissible"] + ["go to nowhere"])
         rec += [a, env.step(ep, a), ep["obs"], ep["admissible"], ep["won"]]
     out.append(rec)
-print(json.dumps(out))
+print(json.dumps({"play": out, "served": served, "translated": len(translated)}))
 """
 
 
@@ -80,7 +94,8 @@ def test_engine_caches_leave_every_observation_unchanged(tmp_path):
     """The parse / translation caches and the shallow text-generation contexts (envs._cache_*,
     envs._shallow_textgen_context) patch TextWorld process-wide: a fresh process without them and one with
     them play the same 12 episodes (expert prefix, then random actions) and must see the same text at every
-    step; so must a process that reads the translations from the disk cache the first one wrote, and one whose
+    step, and TextWorld must get the same translations (the Task's type, both SAS texts); so must a process
+    that reads the translations from the disk cache the first one wrote (translating none), and one whose
     cached files are corrupt (it translates again and rewrites them)."""
     import subprocess
     import sys
@@ -93,17 +108,22 @@ def test_engine_caches_leave_every_observation_unchanged(tmp_path):
         assert p.returncode == 0, p.stderr[-2000:]
         return json.loads(p.stdout)
     plain = play("plain")
-    assert len(plain) == 12 and sum(len(r) for r in plain) == 12 * 52
-    assert not sas.exists()
-    assert play("cached") == plain  # translates and writes the disk cache
+    assert len(plain["play"]) == 12 and sum(len(r) for r in plain["play"]) == 12 * 52
+    # four calls a game, in pairs: optimize False, then True (the replanner's); the second pair repeats
+    assert [s[:2] for s in plain["served"]] == [[False, "Task"], [True, "Task"]] * 24
+    assert plain["translated"] == 48 and not sas.exists()
+    cold = play("cached")  # translates and writes the disk cache
+    assert (cold["play"], cold["served"], cold["translated"]) == (plain["play"], plain["served"], 24)
     files = sorted(sas.iterdir())
-    assert len(files) == 2 * 12 and all(f.suffix == ".z" for f in files)  # two translations a game
+    assert len(files) == 24 and all(f.name.endswith(".pkl.z") for f in files)
     stamps = {f: f.stat().st_mtime_ns for f in files}
-    assert play("cached") == plain  # reads it: no file rewritten
+    warm = play("cached")  # reads it: nothing translated, no file rewritten
+    assert (warm["play"], warm["served"], warm["translated"]) == (plain["play"], plain["served"], 0)
     assert {f: f.stat().st_mtime_ns for f in files} == stamps
     for f in files:
         f.write_bytes(b"not a translation")
-    assert play("cached") == plain  # unreadable files: translated again and rewritten
+    again = play("cached")  # unreadable files: translated again and rewritten
+    assert (again["play"], again["served"], again["translated"]) == (plain["play"], plain["served"], 24)
     assert all(f.stat().st_size > 1000 for f in files) and sorted(sas.iterdir()) == files
 
 
