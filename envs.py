@@ -126,21 +126,22 @@ def _cache_pddl2sas():
         key = hashlib.sha256(repr((version, optimize, domain, problem)).encode()).hexdigest()
         if key in cache:
             return cache[key]
-        with contextlib.suppress(Exception):  # absent or unreadable: translated below
-            with open(os.path.join(default_cache(), "sas", key + ".pkl.z"), "rb") as f:
+        path = tmp = None
+        with contextlib.suppress(Exception):  # no folder, or no readable file: translated below
+            path = os.path.join(default_cache(), "sas", key + ".pkl.z")
+            with open(path, "rb") as f:
                 cache[key] = pickle.loads(zlib.decompress(f.read()))
         if key not in cache:
             argv = list(sys.argv)
             cache[key] = orig(domain, problem, verbose=verbose, optimize=optimize)
             sys.argv[:] = argv
-            tmp = None
-            try:
-                folder = os.path.join(default_cache(), "sas")
+            try:  # (path None: no cache folder, so nothing is kept)
+                folder = os.path.dirname(path)
                 os.makedirs(folder, exist_ok=True)
                 fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
                 with os.fdopen(fd, "wb") as f:
                     f.write(zlib.compress(pickle.dumps(cache[key]), 1))
-                os.replace(tmp, os.path.join(folder, key + ".pkl.z"))  # atomic: a whole file or none
+                os.replace(tmp, path)  # atomic: a whole file or none
             except Exception:  # a read-only or full disk: this process's copy only, no file left behind
                 with contextlib.suppress(Exception):  # (tmp None: nothing was created)
                     os.remove(tmp)
