@@ -17,8 +17,8 @@ loads both). Engine facts this file works around (each in one small function):
 - every PddlEnv dlopens its own 34 MB copy of libdownward and never frees it: envs are created once per
   worker and reused (`AlfEnv`);
 - the engine's state lives inside that C library (it has get_state but no set_state), so a prefix
-  shared by R rollouts cannot be cloned; instead the PDDL translation, which dominates reset, is
-  cached (`_cache_pddl2sas`);
+  shared by R rollouts cannot be cloned; instead the PDDL translation and the grammar's parse, which
+  dominate reset, are cached (`_cache_pddl2sas`, `_cache_logic_parse`);
 - fast_downward.pddl2sas overwrites sys.argv; the expert only recognises 'put' (`gamegen.patch_expert`).
 """
 import argparse
@@ -110,48 +110,78 @@ class Env:
 # ---------------------------------------------------------------------------------------------
 # One engine object, reused across games and episodes.
 # ---------------------------------------------------------------------------------------------
-def _cache_pddl2sas():
-    """Reset re-translates the PDDL (twice) every time: ~90% of its cost. The translation is a pure function
-    of (domain, problem, optimize), so keep it per process and on disk for every later worker and run
-    (default_cache()/sas, keyed by the inputs and the package's version; keep it private: files are
-    unpickled). An unpickled Task's conditions keep the writer's hashes: TextWorld reads its actions, types
-    and objects, never compares them. Stops the translation clobbering sys.argv."""
-    import fast_downward
-    if getattr(fast_downward.pddl2sas, "_g2_cache", False):
-        return
-    orig, cache = fast_downward.pddl2sas, {}
-    version = importlib.metadata.version("fast_downward_textworld")
+def _disk_memo(folder, version):
+    """-> memo(args, compute): compute()'s value for args, kept in this process and on disk for every later
+    worker and run (default_cache()/folder, one zlib'd pickle a key: a hash of the package's version and
+    args; keep the folder private: files are unpickled). Writes are atomic (a temporary file, then a rename);
+    a missing folder or a read-only disk keeps this process's copy only; an unreadable file is computed
+    again and rewritten."""
+    cache = {}
 
-    def pddl2sas(domain, problem, verbose=False, optimize=False):
-        key = hashlib.sha256(repr((version, optimize, domain, problem)).encode()).hexdigest()
+    def memo(args, compute):
+        key = hashlib.sha256(repr((version, args)).encode()).hexdigest()
         if key in cache:
             return cache[key]
         path = tmp = None
-        with contextlib.suppress(Exception):  # no folder, or no readable file: translated below
-            path = os.path.join(default_cache(), "sas", key + ".pkl.z")
+        with contextlib.suppress(Exception):  # no folder, or no readable file: computed below
+            path = os.path.join(default_cache(), folder, key + ".pkl.z")
             with open(path, "rb") as f:
                 cache[key] = pickle.loads(zlib.decompress(f.read()))
         if key not in cache:
-            argv = list(sys.argv)
-            cache[key] = orig(domain, problem, verbose=verbose, optimize=optimize)
-            sys.argv[:] = argv
+            cache[key] = compute()
             try:  # (path None: no cache folder, so nothing is kept)
-                folder = os.path.dirname(path)
-                os.makedirs(folder, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
                 with os.fdopen(fd, "wb") as f:
                     f.write(zlib.compress(pickle.dumps(cache[key]), 1))
                 os.replace(tmp, path)  # atomic: a whole file or none
-            except Exception:  # a read-only or full disk: this process's copy only, no file left behind
-                with contextlib.suppress(Exception):  # (tmp None: nothing was created)
+            except Exception:  # a read-only or full disk: no file left behind (tmp None: none was created)
+                with contextlib.suppress(Exception):
                     os.remove(tmp)
         if len(cache) > 512:
             cache.pop(next(iter(cache)))
         return cache[key]
+    return memo
+
+
+def _cache_pddl2sas():
+    """Reset translates the PDDL (twice) every time: a pure function of (domain, problem, optimize), kept
+    by _disk_memo. An unpickled Task's conditions keep the writer's hashes: TextWorld reads its actions,
+    types and objects, never compares them. Stops the translation clobbering sys.argv."""
+    import fast_downward
+    if getattr(fast_downward.pddl2sas, "_g2_cache", False):
+        return
+    orig = fast_downward.pddl2sas
+    memo = _disk_memo("sas", importlib.metadata.version("fast_downward_textworld"))
+
+    def translate(domain, problem, verbose, optimize):
+        argv = list(sys.argv)
+        out = orig(domain, problem, verbose=verbose, optimize=optimize)
+        sys.argv[:] = argv
+        return out
+
+    def pddl2sas(domain, problem, verbose=False, optimize=False):
+        return memo((optimize, domain, problem), lambda: translate(domain, problem, verbose, optimize))
     pddl2sas._g2_cache = True
     fast_downward.pddl2sas = pddl2sas
     import textworld.envs.pddl.logic as tw_logic
     tw_logic.fast_downward.pddl2sas = pddl2sas
+
+
+def _cache_logic_parse():
+    """Then most of a reset is tatsu parsing the game's own grammar (actions and text templates, one per
+    game) into GameLogic: a pure function of the text, kept by _disk_memo. GameLogic copies the parsed
+    actions and rules into containers of its own and nothing writes to them (a derivation deep-copies a
+    rule's symbols), so every load of a game shares one parse."""
+    import textworld.envs.pddl.logic as tw_logic
+    if getattr(tw_logic._parse_and_convert, "_g2_cache", False):
+        return
+    orig, memo = tw_logic._parse_and_convert, _disk_memo("logic", importlib.metadata.version("textworld"))
+
+    def parse(text, rule_name):
+        return memo((rule_name, text), lambda: orig(text, rule_name=rule_name))
+    parse._g2_cache = True
+    tw_logic._parse_and_convert = parse  # looked up as a module global by GameLogic
 
 
 def _cache_textgen_parse():
@@ -241,6 +271,7 @@ class AlfEnv(Env):
         from textworld.envs import PddlEnv
         if cache_translation:
             _cache_pddl2sas()
+            _cache_logic_parse()
             _cache_textgen_parse()
             if shallow_context:  # False only for bench's before/after row (the patches are process-wide)
                 _shallow_textgen_context()

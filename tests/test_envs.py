@@ -63,12 +63,15 @@ PLAY = """
 import hashlib, json, random, sys
 import fast_downward
 import textworld.envs.pddl.logic as tw_logic
-translated, served = [], []
-translate = fast_downward.pddl2sas
+translated, served, parsed = [], [], []
+translate, parse = fast_downward.pddl2sas, tw_logic._parse_and_convert
 def counted(*a, **k):  # the real translation, counted
     translated.append(1)
     return translate(*a, **k)
-fast_downward.pddl2sas = counted
+def counted_parse(*a, **k):  # the real parse of a game's grammar, counted
+    parsed.append(1)
+    return parse(*a, **k)
+fast_downward.pddl2sas, tw_logic._parse_and_convert = counted, counted_parse
 from envs import AlfEnv
 from plumbing.tasks import load_tasks
 env, out = AlfEnv(cache_translation=sys.argv[1] == "cached"), []
@@ -78,7 +81,7 @@ def seen(domain, problem, verbose=False, optimize=False):  # what TextWorld gets
     served.append([optimize, type(r[0]).__name__, hashlib.sha256(r[1].encode()).hexdigest()])
     return r
 tw_logic.fast_downward.pddl2sas = seen
-for i, t in enumerate(random.Random(0).sample(load_tasks("train"), 12)):
+for i, t in enumerate(random.Random(0).sample(load_tasks("train"), 8) * 2):  # each game loaded twice
     r = random.Random(i)
     ep = env.reset(t["gamefile"], t["walkthrough"][:r.randint(0, t["L"])])
     rec = [ep["obs"], ep["admissible"]]
@@ -86,45 +89,47 @@ for i, t in enumerate(random.Random(0).sample(load_tasks("train"), 12)):
         a = r.choice(ep["admissible"] + ["go to nowhere"])
         rec += [a, env.step(ep, a), ep["obs"], ep["admissible"], ep["won"]]
     out.append(rec)
-print(json.dumps({"play": out, "served": served, "translated": len(translated)}))
+print(json.dumps({"play": out, "served": served, "translated": len(translated), "parsed": len(parsed)}))
 """
 
 
 def test_engine_caches_leave_every_observation_unchanged(tmp_path):
     """The parse / translation caches and the shallow text-generation contexts (envs._cache_*,
     envs._shallow_textgen_context) patch TextWorld process-wide: a fresh process without them and one with
-    them play the same 12 episodes (expert prefix, then random actions) and must see the same text at every
-    step, and TextWorld must get the same translations (the Task's type, both SAS texts); so must a process
-    that reads the translations from the disk cache the first one wrote (translating none), and one whose
-    cached files are corrupt (it translates again and rewrites them)."""
+    them play the same 16 episodes (8 games, each loaded twice; expert prefix, then random actions) and must
+    see the same text at every step, and TextWorld must get the same translations (the Task's type, both SAS
+    texts); so must a process that reads the translations and grammar parses from the disk cache the first
+    one wrote (computing none), and one whose cached files are corrupt (it computes them again and rewrites
+    them)."""
     import subprocess
     import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    sas = tmp_path / "sas"
+    sas, logic = tmp_path / "sas", tmp_path / "logic"
 
     def play(mode):
         p = subprocess.run([sys.executable, "-c", PLAY, mode], cwd=root, capture_output=True, text=True,
                            timeout=600, env={**os.environ, "AGENT_G2_CACHE": str(tmp_path)})
         assert p.returncode == 0, p.stderr[-2000:]
-        return json.loads(p.stdout)
+        out = json.loads(p.stdout)
+        return out["play"], out["served"], out["translated"], out["parsed"]
     plain = play("plain")
-    assert len(plain["play"]) == 12 and sum(len(r) for r in plain["play"]) == 12 * 52
-    # four calls a game, in pairs: optimize False, then True (the replanner's); the second pair repeats
-    assert [s[:2] for s in plain["served"]] == [[False, "Task"], [True, "Task"]] * 24
-    assert plain["translated"] == 48 and not sas.exists()
-    cold = play("cached")  # translates and writes the disk cache
-    assert (cold["play"], cold["served"], cold["translated"]) == (plain["play"], plain["served"], 24)
-    files = sorted(sas.iterdir())
-    assert len(files) == 24 and all(f.name.endswith(".pkl.z") for f in files)
+    assert len(plain[0]) == 16 and sum(len(r) for r in plain[0]) == 16 * 52
+    # four translations a load, in pairs: optimize False, then True (the replanner's); the second pair
+    # repeats; one grammar parse a load
+    assert [s[:2] for s in plain[1]] == [[False, "Task"], [True, "Task"]] * 32
+    assert plain[2:] == (64, 16) and not sas.exists() and not logic.exists()
+    cold = play("cached")  # computes each game's two translations and one parse once, writes them
+    assert cold == (*plain[:2], 16, 8)
+    files = sorted(sas.iterdir()) + sorted(logic.iterdir())
+    assert len(files) == 16 + 8 and all(f.name.endswith(".pkl.z") for f in files)
     stamps = {f: f.stat().st_mtime_ns for f in files}
-    warm = play("cached")  # reads it: nothing translated, no file rewritten
-    assert (warm["play"], warm["served"], warm["translated"]) == (plain["play"], plain["served"], 0)
+    assert play("cached") == (*plain[:2], 0, 0)  # reads them: nothing computed, no file rewritten
     assert {f: f.stat().st_mtime_ns for f in files} == stamps
     for f in files:
         f.write_bytes(b"not a translation")
-    again = play("cached")  # unreadable files: translated again and rewritten
-    assert (again["play"], again["served"], again["translated"]) == (plain["play"], plain["served"], 24)
-    assert all(f.stat().st_size > 1000 for f in files) and sorted(sas.iterdir()) == files
+    assert play("cached") == (*plain[:2], 16, 8)  # unreadable files: computed again and rewritten
+    assert all(f.stat().st_size > 1000 for f in files)
+    assert sorted(sas.iterdir()) + sorted(logic.iterdir()) == files
 
 
 def children(pid, zombie=False):
