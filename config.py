@@ -80,6 +80,8 @@ class Config:
     vllm_kv_gb: float = F(0.0, "vLLM KV cache in GiB (GPU): 0 = computed from the model for the sequences "
                           "a rank plays at once (parallel.kv_cache_gb); > 0: that size; "
                           "< 0: vLLM's own, from vllm_mem")
+    vllm_block: int = F(0, "vLLM's KV-cache block in tokens, a multiple of 32: a cached prompt prefix is "
+                        "reused by whole blocks (0: vLLM's default, 16 on a GPU, 128 on the CPU)")
     vllm_log: str = F("quiet", "quiet: hide vLLM start-up notices that need no action (CPU build: "
                       "tcmalloc, thread binding, Triton; plumbing/vllm_log.py) | all: every vLLM message")
     vllm_sleep: bool = F(False, "put vLLM to sleep during the update to free GPU memory")
@@ -426,6 +428,9 @@ def validate(cfg):
     if cfg.overlap and cfg.sample_streams != "episode":
         raise ValueError("--overlap 1 needs --sample_streams episode (else the lanes' batching changes the "
                          "samples)")
+    if cfg.vllm_block < 0 or cfg.vllm_block % 32:
+        raise ValueError("--vllm_block must be 0 (vLLM's default) or a multiple of 32 (the CPU kernel's "
+                         "unit)")
     if cfg.ppo_mini_batch < 0 or cfg.entropy_coef < 0:
         raise ValueError("--ppo_mini_batch and --entropy_coef must be >= 0")
     for name in filter(None, cfg.loss_terms.split(",")):  # each one importable: a one-line error now

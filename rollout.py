@@ -366,7 +366,7 @@ class VLLMEngine:
     ones: after the trie mask (TrieMask) and the temperature, i.e. of the distribution that was sampled."""
 
     def __init__(self, model_path, tok, seed=0, dtype="auto", max_model_len=4096, gpu_mem=0.5, sleep=False,
-                 constrained=True, kv_gb=0.0, quiet=True, streams=False):
+                 constrained=True, kv_gb=0.0, quiet=True, streams=False, block=0):
         import torch.distributed as dist
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -375,7 +375,7 @@ class VLLMEngine:
             quiet_vllm()
         kw, env = engine_kwargs(model_path, dtype, seed, max_model_len, gpu_mem, kv_gb, sleep, constrained,
                                 torch.cuda.is_available(), dist.is_available() and dist.is_initialized(),
-                                streams)
+                                streams, block)
         for k, v in env.items():
             if os.environ.get(k) != v and torch.cuda.is_available():  # CPU runs V1 anyway: nothing to say
                 print(f"[vllm] {k}={v}: the trie mask of --constrained 1 is a V1-runner logits processor; "
@@ -422,7 +422,7 @@ class VLLMEngine:
 
 
 def engine_kwargs(model_path, dtype, seed, max_model_len, gpu_mem, kv_gb,
-                  sleep, constrained, cuda, distributed, streams=False):
+                  sleep, constrained, cuda, distributed, streams=False, block=0):
     """The arguments of vllm.LLM (vLLM 0.32) and the environment it needs. -> (kwargs, env vars to set).
     - logits_processors only with --constrained 1, and then the V1 model runner: on CUDA vLLM 0.32 defaults to
       its V2 runner when Triton is present (vllm/config/vllm.py, VllmConfig.use_v2_model_runner), and V2
@@ -431,7 +431,8 @@ def engine_kwargs(model_path, dtype, seed, max_model_len, gpu_mem, kv_gb,
       always runs V1.
     - kv_gb > 0: a KV cache of exactly that size (kv_cache_memory_bytes, which overrides
       gpu_memory_utilization), so the engine takes what the rollouts need instead of a share of the card;
-      kv_gb <= 0: vLLM sizes it from gpu_memory_utilization."""
+      kv_gb <= 0: vLLM sizes it from gpu_memory_utilization.
+    - block > 0: the KV cache's block_size, else vLLM's (prefix caching reuses a prompt by whole blocks)."""
     kw = dict(model=model_path, dtype=dtype, seed=seed, max_model_len=max_model_len,
               enable_prefix_caching=True, enforce_eager=not cuda, enable_sleep_mode=bool(sleep and cuda),
               logprobs_mode="processed_logprobs")
@@ -445,6 +446,8 @@ def engine_kwargs(model_path, dtype, seed, max_model_len, gpu_mem, kv_gb,
             kw["kv_cache_memory_bytes"] = int(kv_gb * 2**30)
     if distributed:
         kw.update(distributed_executor_backend="external_launcher", tensor_parallel_size=1)
+    if block:
+        kw["block_size"] = block
     if streams and not cuda:  # per-request seeds: vLLM-CPU fails on a seeded request whose prefill is chunked
         kw["enable_chunked_prefill"] = False
     return kw, env
@@ -519,7 +522,7 @@ def make_engine(cfg, model_path, tok, device, seed, seqs=1):
         kv = cfg.vllm_kv_gb or (kv_cache_gb(model_path, seqs, max_len) if device != "cpu" else 0.0)
         return VLLMEngine(model_path, tok, seed, "float32" if device == "cpu" else "bfloat16", max_len,
                           cfg.vllm_mem, cfg.vllm_sleep, cfg.constrained, kv, cfg.vllm_log == "quiet",
-                          cfg.sample_streams == "episode")
+                          cfg.sample_streams == "episode", cfg.vllm_block)
     return HFEngine(model_path, tok, device, torch.float32 if device == "cpu" else torch.bfloat16)
 
 

@@ -9,6 +9,8 @@
 out_dir = "runs/cpu"
 model = "checkpoints/sft_base"
 engine = "auto"
+vllm_block = 64                # vLLM-CPU's 128-token blocks reuse a turn's cached prompt coarsely: generation
+                               # -20 % on cpu_pick2 (docs/benchmarks.md); 32 measured the same
 games = "builtin"
 task_types = "pick_and_place_simple,look_at_obj_in_light"   # 80 training games: each is seen ~4 times
 prompt = "compact"

@@ -164,6 +164,19 @@ def test_engine_kwargs_cuda_memory_sleep_and_launcher():
     assert kw["distributed_executor_backend"] == "external_launcher" and kw["tensor_parallel_size"] == 1
 
 
+def test_vllm_block_reaches_the_engine_and_a_bad_one_fails(capsys):
+    """--vllm_block: vLLM's block_size when > 0 (the CPU presets' 64), vLLM's own default at 0 (the GPU
+    presets); a size the CPU kernel cannot take is a one-line error at start-up."""
+    from config import get_config
+    kw, _ = rollout.engine_kwargs("/m", "float32", 7, 2048, 0.5, 0.0, False, False, False, False, block=64)
+    assert kw["block_size"] == 64 and "block_size" not in _kwargs()[0]
+    assert [get_config(["--preset", p]).vllm_block for p in ("cpu", "cpu_pick2", "cpu_mix6", "paper")] == \
+        [64, 64, 64, 0]
+    with pytest.raises(SystemExit):
+        get_config(["--vllm_block", "48"])
+    assert "--vllm_block must be 0 (vLLM's default) or a multiple of 32" in capsys.readouterr().err
+
+
 class _FakeLLM:
     """Stands in for vllm.LLM: records the keyword arguments it was built with."""
     built = []
