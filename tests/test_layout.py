@@ -392,13 +392,14 @@ def test_every_function_a_paper_step_runs_is_in_the_readmes_list(tmp_path):
     """--preset paper --model tiny (bf16, pi_old from the trainer, as a GPU rank) from its first evaluation
     through two steps with an evaluation between them, traced in train.py's process and in the env workers
     (tests/trace_step.py): every unit of every module of the repository that runs is in README "Read this
-    first" (a method by its own name or its class's)."""
+    first" (a method by its own name or its class's). The same run is the paper preset's one-process test
+    (tests/test_train.py check_paper_run: lr 1e-6 from the first step, so every weight moves in fp32)."""
     out = tmp_path / "seen.json"
     args = ["--preset", "paper", "--games", "builtin", "--model", "tiny", "--steps", "2", "--eval_every", "1",
             "--batch_tasks", "2", "--max_steps", "20", "--group_size", "2", "--max_new_tokens", "16",
             "--max_prompt_tokens", "1024", "--eval_games", "2", "--authors_episodes", "4", "--ckpt_every", "1",
             "--num_workers", "1", "--micro_batch", "8", "--dtype", "bfloat16", "--old_logprobs", "trainer",
-            "--out_dir", str(tmp_path / "run")]
+            "--lr", "1e-6", "--warmup_frac", "0", "--out_dir", str(tmp_path / "run")]
     p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "trace_step.py"), str(out), *args],
                        cwd=ROOT, capture_output=True, text=True, timeout=1200,
                        env={**os.environ, "TQDM_DISABLE": "1"})
@@ -414,3 +415,5 @@ def test_every_function_a_paper_step_runs_is_in_the_readmes_list(tmp_path):
     missing = sorted(u for u in seen if not covered(u))
     assert any(u.startswith("plumbing/pool.py:") for u in seen), "the env workers were not traced"
     assert len(seen) > 30 and not missing, f"a paper step runs these, the README's list leaves them out: {missing}"
+    from test_train import check_paper_run
+    check_paper_run(tmp_path / "run")

@@ -175,9 +175,8 @@ def check_paper_run(out):
     assert all(w.dtype == torch.float32 for w in after.values())
 
 
-def test_paper_preset_single_process(tmp_path):
-    train(tmp_path / "run", *PAPER)
-    check_paper_run(tmp_path / "run")
+# The paper preset in one process: tests/test_layout.py's traced run (every function a paper step runs) is
+# checked by check_paper_run.
 
 
 def test_paper_preset_two_nodes(tmp_path):
