@@ -80,8 +80,9 @@ class Config:
     vllm_kv_gb: float = F(0.0, "vLLM KV cache in GiB (GPU): 0 = computed from the model for the sequences "
                           "a rank plays at once (parallel.kv_cache_gb); > 0: that size; "
                           "< 0: vLLM's own, from vllm_mem")
-    vllm_block: int = F(0, "vLLM's KV-cache block in tokens, a multiple of 32: a cached prompt prefix is "
-                        "reused by whole blocks (0: vLLM's default, 16 on a GPU, 128 on the CPU)")
+    vllm_block: int = F(0, "vLLM's KV-cache block in tokens, a multiple of 32 (vLLM-CPU's attention takes no "
+                        "other): a cached prompt prefix is reused by whole blocks (0: vLLM's default, 16 "
+                        "on a GPU, 128 on the CPU)")
     vllm_log: str = F("quiet", "quiet: hide vLLM start-up notices that need no action (CPU build: "
                       "tcmalloc, thread binding, Triton; plumbing/vllm_log.py) | all: every vLLM message")
     vllm_sleep: bool = F(False, "put vLLM to sleep during the update to free GPU memory")

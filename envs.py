@@ -112,14 +112,14 @@ class Env:
 # ---------------------------------------------------------------------------------------------
 def _disk_memo(folder, version):
     """-> memo(args, compute): compute()'s value for args, kept in this process and on disk for every later
-    worker and run (default_cache()/folder, one zlib'd pickle a key: a hash of the package's version and
-    args; keep the folder private: files are unpickled). Writes are atomic (a temporary file, then a rename);
-    a missing folder or a read-only disk keeps this process's copy only; an unreadable file is computed
-    again and rewritten."""
+    worker and run: default_cache()/folder, made private (files are unpickled), one zlib'd pickle a key (a
+    hash of the package's version and args, which must name every input but the package's own code).
+    Writes are atomic (a temporary file, then a rename); a missing folder or a read-only disk keeps this
+    process's copy only; an unreadable file is computed again and rewritten."""
     cache = {}
 
     def memo(args, compute):
-        key = hashlib.sha256(repr((version, args)).encode()).hexdigest()
+        key = hashlib.sha256(repr((version, *args)).encode()).hexdigest()
         if key in cache:
             return cache[key]
         path = tmp = None
@@ -130,7 +130,7 @@ def _disk_memo(folder, version):
         if key not in cache:
             cache[key] = compute()
             try:  # (path None: no cache folder, so nothing is kept)
-                os.makedirs(os.path.dirname(path), exist_ok=True)
+                os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
                 fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
                 with os.fdopen(fd, "wb") as f:
                     f.write(zlib.compress(pickle.dumps(cache[key]), 1))

@@ -354,7 +354,8 @@ def bench_rollout(args):
     engines = {"hf": HFEngine(path, tok)}
     try:
         from rollout import VLLMEngine
-        engines["vllm"] = VLLMEngine(path, tok, seed=0, dtype="float32", max_model_len=1024)
+        engines["vllm"] = VLLMEngine(path, tok, seed=0, dtype="float32", max_model_len=1024,
+                                     block=cfg.vllm_block)
     except Exception as e:  # noqa: BLE001
         print(f"(vLLM not available: {e})")
     res = {}
