@@ -151,8 +151,9 @@ class Config:
                             "position, rollout, turn: the same samples however the requests are batched; "
                             "docs/running.md) | engine (every request draws from its engine's one seeded "
                             "stream: samples depend on the batching)")
-    overlap: bool = F(False, "the episodes played in two halves, the engine generating for one while the env "
-                      "workers step the other (needs --sample_streams episode: the same samples as without)")
+    overlap: bool = F(False, "each reply to the env workers as the engine finishes it, each next prompt into "
+                      "the running engine as its observation comes back (needs --sample_streams episode: "
+                      "the same samples as without)")
     # ---- scheduler (docs/method.md §2, §3, §4) ----
     scheduler: str = F("g2", "the depth rule (the list below; module:Class: a rule of your own)")
     fixed_ratio: float = F(0.5, "ratio for --scheduler fixed")
@@ -427,8 +428,8 @@ def validate(cfg):
     if cfg.dual_clip != 0 and cfg.dual_clip <= 1:
         raise ValueError("--dual_clip must be > 1 (or 0 = off)")
     if cfg.overlap and cfg.sample_streams != "episode":
-        raise ValueError("--overlap 1 needs --sample_streams episode (else the lanes' batching changes the "
-                         "samples)")
+        raise ValueError("--overlap 1 needs --sample_streams episode (else how the overlap batches the "
+                         "requests changes the samples)")
     if cfg.vllm_block < 0 or cfg.vllm_block % 32:
         raise ValueError("--vllm_block must be 0 (vLLM's default) or a multiple of 32 (the CPU kernel's "
                          "unit)")

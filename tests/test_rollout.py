@@ -592,7 +592,8 @@ def test_admissible_replies_are_tokenised_once_and_reach_vllm_as_one_string(tiny
     mask unchanged (the trie's options are trie_options' on the lists)."""
     import json
     from grpo import trie_options
-    from rollout import _choice, allowed_arg, allowed_trie, choice_ids
+    from plumbing.trie_mask import allowed_arg, allowed_trie
+    from rollout import _choice, choice_ids
     _, tok = tiny
     cmds = ["go to desk 1", "look", "take mug 1 from desk 1"]
     want = [tok.encode(f"<action>{c}</action>", add_special_tokens=False) + [tok.eos_token_id] for c in cmds]
@@ -681,7 +682,8 @@ def test_row_streams_draw_from_the_softmax_by_hand():
 @pytest.mark.parametrize("engine", ["hf", "vllm"])
 def test_per_request_streams_give_the_same_samples_however_batched(tiny, engine, request):
     """generate with a seed per request: the same prompt and seed give the same reply and log-probs alone, in a
-    batch, or in the batch reversed (HF: RowStreams; vLLM: SamplingParams.seed)."""
+    batch, or in the batch reversed (HF: RowStreams; vLLM: SamplingParams.seed); and through submit / poll
+    (--overlap) with half the requests submitted while the engine is already decoding the others."""
     path, tok = tiny
     eng = HFEngine(path, tok) if engine == "hf" else request.getfixturevalue("vllm_eng")
     prompts = [encode_prompt(tok, f"task: put a mug {i} in the sink.\noptions: look", 512)[0][:20 + 7 * i]
@@ -690,9 +692,17 @@ def test_per_request_streams_give_the_same_samples_however_batched(tiny, engine,
     batch = eng.generate(prompts, 10, 1.0, seeds)
     alone = [eng.generate([p], 10, 1.0, [s])[0] for p, s in zip(prompts, seeds)]
     rev = eng.generate(prompts[::-1], 10, 1.0, seeds[::-1])[::-1]
-    for a, b, c in zip(batch, alone, rev):
-        assert a["ids"] == b["ids"] == c["ids"]
-        assert torch.allclose(torch.tensor(a["logprobs"]), torch.tensor(b["logprobs"]), atol=1e-4)
+    first = eng.submit(prompts[:3], 10, 1.0, seeds[:3])
+    got = dict(eng.poll())  # vLLM: one engine step (the three prefills); HF: all three replies
+    later = eng.submit(prompts[3:], 10, 1.0, seeds[3:])
+    while len(got) < 6:
+        got.update(eng.poll())
+    polled = [got[h] for h in first + later]
+    assert len(set(first + later)) == 6 and not eng.poll()  # each request answered once
+    for a, b, c, d in zip(batch, alone, rev, polled):
+        assert a["ids"] == b["ids"] == c["ids"] == d["ids"]
+        for o in (b, d):
+            assert torch.allclose(torch.tensor(a["logprobs"]), torch.tensor(o["logprobs"]), atol=1e-4)
     assert len({tuple(o["ids"]) for o in batch}) > 1  # the streams differ from one another
 
 
@@ -714,35 +724,59 @@ def test_an_episode_samples_the_same_whatever_shares_its_batch(tiny, pool):
     assert len(alone) == 2 and alone[0] != alone[1]  # rollout 0 and 1 of a group: two streams
 
 
-def test_overlap_steps_one_lane_while_the_other_generates_and_plays_the_same_episodes(tiny, pool):
-    """--overlap 1: the episodes in two lanes, the workers stepping one lane's turn while the engine generates
-    the other's (the calls' order shows it: send, generate, recv); each episode samples from its own stream, so
-    every episode plays the same turns, replies and outcome as without the overlap."""
+def test_overlap_asks_the_engine_while_the_workers_step_and_plays_the_same_episodes(tiny, pool):
+    """--overlap 1: each reply goes to the workers as the engine finishes it and each next prompt is submitted as
+    its observation comes back, so the engine works while other episodes' steps are still with the workers; each
+    episode samples from its own stream, so every episode plays the same turns, replies and outcome as without.
+    The pool here hands its answers out one per poll, as workers that answer one by one would."""
     path, tok = tiny
     eng = HFEngine(path, tok)
     a, b = load_tasks("train")[:2]
     groups = [{**grp(a, 1, 2), "key": ("train", 0, 5, 0)}, {**grp(b, 0, 2), "key": ("train", 0, 5, 1)}]
-    calls = []
+    log = {"calls": [], "sent": 0, "got": 0, "submits_while_stepping": 0}
 
-    class Logged:  # the real engine or pool, each call's name logged
-        def __init__(self, inner):
-            self.inner = inner
+    class OneByOne:  # the real pool; its answers one per poll call
+        def __init__(self):
+            self.held = []
 
-        def __getattr__(self, name):
-            f = getattr(self.inner, name)
-            return lambda *a, **k: (calls.append(name), f(*a, **k))[1]
+        def run(self, reqs):
+            log["calls"].append("run")
+            return pool.run(reqs)
+
+        def send(self, reqs):
+            log["calls"].append("send")
+            log["sent"] += len(reqs)
+            return pool.send(reqs)
+
+        def poll(self, wait=False):
+            self.held += pool.poll(wait and not self.held)
+            log["got"] += bool(self.held)
+            return [self.held.pop(0)] if self.held else []
+
+    class Engine:  # the real engine; a submit while the workers hold steps is counted
+        def generate(self, *a):
+            log["calls"].append("generate")
+            return eng.generate(*a)
+
+        def submit(self, *a):
+            log["calls"].append("submit")
+            log["submits_while_stepping"] += log["sent"] > log["got"]
+            return eng.submit(*a)
+
+        def poll(self):
+            return eng.poll()
 
     def play(overlap):
-        calls.clear()
+        log.update(calls=[], sent=0, got=0, submits_while_stepping=0)
         c = cfg(constrained=True, sample_streams="episode", max_steps=4, overlap=overlap)
-        out = rollout(Logged(eng), Logged(pool), tok, groups, c)
+        out = rollout(Engine(), OneByOne(), tok, groups, c)
         return [(e["played"], e["won"], e["steps"], e["invalid"],
                  [r["response_ids"] for r in out["rows"] if r["eid"] == e["eid"]]) for e in out["episodes"]], \
-            " ".join(calls), out["stats"]
-    off, calls_off, st_off = play(False)
-    on, calls_on, st_on = play(True)
+            dict(log), out["stats"]
+    off, log_off, st_off = play(False)
+    on, log_on, st_on = play(True)
     assert on == off and len(on) == 4 and sum(e[2] for e in on) > 4
-    assert "send generate recv" in calls_on and "send generate recv" not in calls_off
-    assert calls_on.count("generate") > calls_off.count("generate")  # two lanes: two calls a turn
+    assert "generate" in log_off["calls"] and "submit" not in log_off["calls"] and "send" not in log_off["calls"]
+    assert "generate" not in log_on["calls"] and log_on["submits_while_stepping"] > 0
     for k in ("env_steps", "gen_tokens", "prompts", "invalid", "prefix_steps", "rollouts"):
         assert st_on[k] == st_off[k], k

@@ -405,8 +405,9 @@ def test_an_evaluation_before_a_step_or_the_overlap_leaves_its_episodes_alone(tm
     """--sample_streams episode: a run that evaluates before step 1 (--eval_every 1) plays step 1's episodes as a run
     that does not (every field of the step records equal but timings); the evaluation draws from streams of its own.
     With the engine's one stream (--sample_streams engine) the evaluation consumes draws step 1 would have used.
-    --overlap 1 (generation beside the env workers, in two lanes) plays the same episodes too: every count equal,
-    the update's floats to float noise (the engine's log-probs vary ~1e-7 when it shares the cores)."""
+    --overlap 1 (each reply to the env workers as it finishes, each next prompt into the running engine) plays the
+    same episodes too: every count equal, the update's floats to float noise (the engine's log-probs vary ~1e-7
+    when it shares the cores or its batch)."""
     got = {}
     for name, flags in (("0", ["--eval_every", "0"]), ("1", ["--eval_every", "1"]),
                         ("overlap", ["--eval_every", "0", "--overlap", "1"])):
