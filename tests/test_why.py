@@ -47,6 +47,7 @@ def test_each_verdict_by_hand():
     assert got["(c)"][1] == "supported" and "training panel +25.0 [+12.6, +37.4]" in got["(c)"][0]
     assert "held-out -29.2 [-47.1, -11.2]" in got["(c)"][0]
     assert got["(d)"][1] == "supported" and "at 300 steps +25.0 [+25.0, +25.0]" in got["(d)"][0]
+    assert "fixed no runs yet; linear no runs yet" in got["(a)"][0]  # rows with no seeds say so, not nan
     post["g2"] = runs({k: (1, 1) for k in range(5)})
     why["hint_free"] = runs({k: (1, 1) for k in range(3)})
     got = {name[:3]: v for name, _, v in verdicts(pre, post, why)}

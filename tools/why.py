@@ -55,6 +55,8 @@ def paired(a, b, seeds, key="all"):
 
 
 def fmt(m, lo, hi, seeds):
+    if not seeds:
+        return "no runs yet"
     return f"{m:+.1f} [{lo:+.1f}, {hi:+.1f}] ({len(seeds)} seeds)"
 
 
