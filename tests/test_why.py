@@ -40,7 +40,7 @@ def test_each_verdict_by_hand():
     why = {"hint_free": runs({0: (4, 0), 1: (3, 0), 2: (4, 0)}),
            "aux_only": runs({0: (1, 1), 1: (1, 0), 2: (1, 1)}, train={0: 20, 1: 22, 2: 18}, first=(2, 2, 10)),
            "g2_300": runs({k: (3, 3) for k in range(3)}), "grpo_300": runs({k: (2, 2) for k in range(3)})}
-    got = {name[:3]: (nums, v) for name, nums, v in verdicts(pre, post, why)}
+    got = {name[:3]: (nums + more, v) for name, nums, more, v in verdicts(pre, post, why)}
     assert got["(a)"][1] == "supported" and "after − before +17.5 [+9.0, +26.0] (5 seeds)" in got["(a)"][0]
     assert got["(b)"][1] == "supported" and "G = +25.0" in got["(b)"][0]
     assert "hint_free − Agent-G² +41.7 [+5.8, +77.5] (3 seeds)" in got["(b)"][0]
@@ -50,9 +50,9 @@ def test_each_verdict_by_hand():
     assert "fixed no runs yet; linear no runs yet" in got["(a)"][0]  # rows with no seeds say so, not nan
     post["g2"] = runs({k: (1, 1) for k in range(5)})
     why["hint_free"] = runs({k: (1, 1) for k in range(3)})
-    got = {name[:3]: v for name, _, v in verdicts(pre, post, why)}
+    got = {name[:3]: v for name, _, _, v in verdicts(pre, post, why)}
     assert got["(a)"] == "refuted" and got["(b)"] == "refuted"
-    assert verdicts(pre, {}, {})[0][2] == "runs missing"
+    assert verdicts(pre, {}, {})[0][3] == "runs missing"
 
 
 def test_the_runs_table_by_hand():
@@ -73,13 +73,18 @@ def test_the_runs_table_by_hand():
         "| all 3 runs | | | 118.0 |"]
 
 
-def test_the_block_in_docs_results_is_what_tools_why_prints():
-    """docs/results.md §9's why-table block is exactly `python -m tools.why` on the kept summaries."""
+@pytest.mark.parametrize("doc,flags", [("docs/results.md", []), ("README.md", ["--brief"])])
+def test_the_blocks_in_the_docs_are_what_tools_why_prints(doc, flags):
+    """docs/results.md §9's why-table block is exactly `python -m tools.why` on the kept summaries, and the
+    README's why-brief block exactly `python -m tools.why --brief`."""
     import os
     import subprocess
     import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    text = open(os.path.join(root, "docs", "results.md")).read()
-    block = text.split("<!-- why-table: python -m tools.why -->")[1].split("<!-- /why-table -->")[0].strip()
-    p = subprocess.run([sys.executable, "-m", "tools.why"], cwd=root, capture_output=True, text=True, timeout=120)
+    text = open(os.path.join(root, doc)).read()
+    name = "why-brief" if flags else "why-table"
+    block = text.split(f"<!-- {name}: python -m tools.why{' ' if flags else ''}{' '.join(flags)} -->")[1]
+    block = block.split(f"<!-- /{name} -->")[0].strip()
+    p = subprocess.run([sys.executable, "-m", "tools.why", *flags], cwd=root, capture_output=True, text=True,
+                       timeout=120)
     assert p.returncode == 0 and block == p.stdout.strip()

@@ -3,10 +3,11 @@ summaries by the rules §9 wrote down before its runs: each explanation's number
 (supported / refuted / undecided), as Markdown.
 
     python -m tools.why [--pre results/cpu/mix6_cc749d5] [--post results/cpu/mix6] [--why results/cpu/why]
+    python -m tools.why --brief
 
-After the verdicts, every run of §9 (the grid's reruns and the --only why runs; the kept rows of an earlier
-commit are not §9's) with its commit, start (its summary's date less its wall time) and wall time, and the
-total.
+--brief (the README's lines) prints the verdicts with their deciding numbers only. Otherwise, after the
+verdicts, every run of §9 (the grid's reruns and the --only why runs; the kept rows of an earlier commit are
+not §9's) with its commit, start (its summary's date less its wall time) and wall time, and the total.
 
 Greedy hint-free success at a run's last step on the held-out games (all 144, or the 72 of test_seen);
 comparisons paired by seed with a 95 % t interval (plumbing/tables.t_interval). A verdict whose runs are not
@@ -61,7 +62,7 @@ def fmt(m, lo, hi, seeds):
 
 
 def verdicts(pre, post, why):
-    """-> [(explanation, numbers, verdict)] by §9's rules."""
+    """-> [(explanation, numbers, more numbers that decide nothing, verdict)] by §9's rules."""
     out = []
     g2 = post.get("g2", {})
     # (a) post - pre Agent-G², 5 paired seeds: above 0 supported; upper end < +2.6 refuted
@@ -71,10 +72,10 @@ def verdicts(pre, post, why):
     gn = {k: float(np.mean([r["grad_norm"] for r in d[name].values()])) if d.get(name) else float("nan")
           for k, d, name in (("after", post, "g2"), ("before", pre, "g2"), ("eta 0", post, "no_aux"))}
     rows = "; ".join(f"{n} {fmt(*paired(post.get(n, {}), pre.get(n, {}), SEEDS_3))}" for n in HINTED[1:])
-    out.append(("(a) L_aux on the wrong distribution",
-                f"Agent-G² after − before {fmt(m, lo, hi, s)}; mean grad norm after {gn['after']:.3f}, "
-                f"before {gn['before']:.3f}, η = 0 {gn['eta 0']:.3f}; the other hinted rows, after − before: "
-                f"{rows}", v))
+    out.append(("(a) L_aux on the wrong distribution", f"Agent-G² after − before {fmt(m, lo, hi, s)}",
+                f"mean grad norm after {gn['after']:.3f}, before {gn['before']:.3f}, "
+                f"η = 0 {gn['eta 0']:.3f}; "
+                f"the other hinted rows, after − before: {rows}", v))
     # (b) hint_free - Agent-G² on seen rooms, seeds 0-2, against G = GRPO - Agent-G² (seen)
     G = paired(post.get("grpo", {}), g2, SEEDS_3, "seen")
     hf = why.get("hint_free", {})
@@ -86,7 +87,7 @@ def verdicts(pre, post, why):
          "supported" if lo > 0 and mean_hf >= mean_g2 + G[0] / 2 else "refuted" if m <= 0 else "undecided")
     out.append(("(b) the search phase is never practised",
                 f"seen rooms: GRPO − Agent-G² G = {G[0]:+.1f}; hint_free − Agent-G² {fmt(m, lo, hi, s)}; "
-                f"hint_free {mean_hf:.1f} %, Agent-G² {mean_g2:.1f} %", v))
+                f"hint_free {mean_hf:.1f} %, Agent-G² {mean_g2:.1f} %", "", v))
     # (c) L_aux alone: train panel up and held-out down from step 0 to the end
     ao = why.get("aux_only", {})
     seeds = [k for k in SEEDS_3 if k in ao]
@@ -97,7 +98,7 @@ def verdicts(pre, post, why):
     v = ("runs missing" if len(seeds) < 3 else "supported" if mt - ht > 0 and mh + hh < 0 else
          "refuted" if mt <= 0 or mh >= 0 else "undecided")
     out.append(("(c) L_aux memorises the training games", f"L_aux alone, step 0 → end: training panel "
-                f"{fmt(mt, mt - ht, mt + ht, seeds)}, held-out {fmt(mh, mh - hh, mh + hh, seeds)}", v))
+                f"{fmt(mt, mt - ht, mt + ht, seeds)}, held-out {fmt(mh, mh - hh, mh + hh, seeds)}", "", v))
     # (d) the ordering at 300 steps against the sign at 150
     s150 = paired(g2, post.get("grpo", {}), SEEDS_3)
     m, lo, hi, s = paired(why.get("g2_300", {}), why.get("grpo_300", {}), SEEDS_3)
@@ -106,7 +107,7 @@ def verdicts(pre, post, why):
          "supported" if (lo > 0 if sign < 0 else hi < 0) else
          "refuted" if (hi < 0 if sign < 0 else lo > 0) else "undecided")
     out.append(("(d) too little learning", f"Agent-G² − GRPO at 150 steps {fmt(*s150)}; at 300 steps "
-                f"{fmt(m, lo, hi, s)}", v))
+                f"{fmt(m, lo, hi, s)}", "", v))
     return out
 
 
@@ -140,13 +141,17 @@ def main(argv=None):
     p.add_argument("--pre", default="results/cpu/mix6_cc749d5")
     p.add_argument("--post", default="results/cpu/mix6")
     p.add_argument("--why", default="results/cpu/why")
+    p.add_argument("--brief", action="store_true",
+                   help="the verdicts and their deciding numbers only (the README's lines)")
     a = p.parse_args(argv)
     rows = verdicts(load(a.pre), load(a.post), load(a.why))
     print("| explanation | numbers (points of greedy held-out success; 95 % paired t interval) | verdict |")
     print("|---|---|---|")
-    for name, nums, v in rows:
-        print(f"| {name} | {nums} | **{v}** |")
-    print("\n" + "\n".join(runs_table(load(a.post), load(a.why))))
+    for name, nums, more, v in rows:
+        more = "; " + more if more and not a.brief else ""
+        print(f"| {name} | {nums}{more} | **{v}** |")
+    if not a.brief:
+        print("\n" + "\n".join(runs_table(load(a.post), load(a.why))))
 
 
 if __name__ == "__main__":
