@@ -873,8 +873,12 @@ def test_the_update_on_a_fixed_batch_is_the_same_as_before(tmp_path):
     """tests/update_digest.py on this checkout against tests/data/update_digest.json, which the same script wrote
     at a698814 (before the sampling-streams and speed work): under three configurations (cpu_pick2's update;
     PPO mini-batches with the trainer's pi_old and an entropy term; token-mean without packing) every stat, and per
-    parameter the sum, norm and first values of the new weights and of the last gradient, equal to 1e-6
-    relative."""
+    parameter the sum, norm and first values of the new weights and of the last gradient, equal to float noise
+    across CPUs. On another CPU than the one that wrote the file (torch's AVX-512 kernels, oneDNN's AMX paths) the
+    stats moved by up to 9.6e-7 relative (compared at 1e-5), the norms by up to 1.3e-5 (at 1e-4), sums and first
+    values by up to 1.6e-6 of their tensor's norm (at 1e-5), the worst on the attention projections' biases,
+    tensors of small norm (~1e-3 as weights, ~5e-5 as gradients). A change to the update moves the gradients'
+    norms by far more."""
     import json
     import os
     import subprocess
@@ -886,11 +890,11 @@ def test_the_update_on_a_fixed_batch_is_the_same_as_before(tmp_path):
                                                                                    "update_digest.json")))
     assert got.keys() == want.keys()
     for name in want:
-        assert got[name]["stats"] == pytest.approx(want[name]["stats"], rel=1e-6, abs=1e-12), name
+        assert got[name]["stats"] == pytest.approx(want[name]["stats"], rel=1e-5, abs=1e-12), name
         for part in ("params", "grads"):
             assert got[name][part].keys() == want[name][part].keys()
             for k, (s, n, head) in want[name][part].items():
                 g = got[name][part][k]
-                assert g[1] == pytest.approx(n, rel=1e-6, abs=1e-12), (name, part, k)
-                assert g[0] == pytest.approx(s, rel=1e-6, abs=1e-9 * max(n, 1.0)), (name, part, k)
-                assert g[2] == pytest.approx(head, rel=1e-6, abs=1e-12), (name, part, k)
+                assert g[1] == pytest.approx(n, rel=1e-4), (name, part, k)
+                assert g[0] == pytest.approx(s, rel=1e-6, abs=1e-5 * max(n, 1.0)), (name, part, k)
+                assert g[2] == pytest.approx(head, rel=1e-6, abs=1e-5 * n), (name, part, k)

@@ -360,6 +360,15 @@ MIX6 = ["--preset", "cpu_mix6", "--steps", "3", "--batch_tasks", "4", "--eval_ga
         "--sample_streams", "engine", "--vllm_block", "0"]
 
 
+# The records of tests/data come from one CPU; on another (torch's AVX-512 kernels and oneDNN's AMX paths) every
+# count and string of the four runs below was the same and the floats moved: kl and grad_norm by up to 2.2e-5
+# relative, and the fields that measure float noise themselves or sit at zero by construction (sync_err and
+# ratio_dev ~1e-6; pg ~1e-8, GRPO's advantages being zero-mean and the first pass on-policy) by up to 4.8e-6
+# absolute. Floats are compared at 1e-4 relative, those three at 1e-4 absolute: a change to the update moves
+# grad_norm, aux or kl by far more, and an off-policy ratio or a missed weight sync moves ratio_dev or sync_err
+# by 1e-3 or more.
+FLOAT_NOISE = {"sync_err", "ratio_dev", "pg"}
+
 # paper_tiny's records were written when --preset paper packed rows (--pack_tokens 512; its short tiny-model rows
 # do pack), the mix6 ones when the CPU presets left vLLM its default KV block (--vllm_block 0: 128 tokens on the
 # CPU; the engine's log-probs move by ~1e-7 with the block): the flags given, the same runs
@@ -373,7 +382,7 @@ def test_runs_the_aux_fix_leaves_alone_keep_their_records(tmp_path, name, argv):
     vocabulary, as before), and the mix6 grid's GRPO (no prefix, no aux row) and eta = 0 (aux rows, no aux
     term). mix6_g2 was written after the fix, at 8d795fa (the commit of the mix6 grid's reruns): the later
     commits that docs/results.md §9's other runs execute train Agent-G² as it did. Every field but the timings
-    equal; floats to 1e-6 relative."""
+    equal, floats to float noise across CPUs (FLOAT_NOISE)."""
     p = subprocess.run([sys.executable, "train.py", *argv, "--out_dir", str(tmp_path)], cwd=ROOT,
                        capture_output=True, text=True, timeout=900, env={**os.environ, "TQDM_DISABLE": "1"})
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
@@ -382,8 +391,8 @@ def test_runs_the_aux_fix_leaves_alone_keep_their_records(tmp_path, name, argv):
     assert len(got) == len(want)
     for g, w in zip(got, want):  # every field those records had (a field added since is not theirs)
         for k in w:
-            assert g[k] == (pytest.approx(w[k], rel=1e-6, abs=1e-12) if isinstance(w[k], float) else w[k]), \
-                (w["step"], k)
+            tol = dict(rel=1e-4, abs=1e-4 if k in FLOAT_NOISE else 1e-9)
+            assert g[k] == (pytest.approx(w[k], **tol) if isinstance(w[k], float) else w[k]), (w["step"], k)
 
 
 def test_a_task_whose_prefix_fills_the_step_budget_is_redrawn(tmp_path):
