@@ -48,6 +48,8 @@ def test_each_verdict_by_hand():
     assert "held-out -29.2 [-47.1, -11.2]" in got["(c)"][0]
     assert got["(d)"][1] == "supported" and "at 300 steps +25.0 [+25.0, +25.0]" in got["(d)"][0]
     assert "fixed no runs yet; linear no runs yet" in got["(a)"][0]  # rows with no seeds say so, not nan
+    pre["fixed"], post["fixed"] = runs({0: (1, 1)}), runs({0: (2, 1)})
+    assert "fixed +12.5 (1 seed); linear" in verdicts(pre, post, why)[0][2]  # 3/8 - 2/8: no interval from one
     post["g2"] = runs({k: (1, 1) for k in range(5)})
     why["hint_free"] = runs({k: (1, 1) for k in range(3)})
     got = {name[:3]: v for name, _, _, v in verdicts(pre, post, why)}

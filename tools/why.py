@@ -56,8 +56,8 @@ def paired(a, b, seeds, key="all"):
 
 
 def fmt(m, lo, hi, seeds):
-    if not seeds:
-        return "no runs yet"
+    if len(seeds) < 2:  # one seed has no interval
+        return f"{m:+.1f} (1 seed)" if seeds else "no runs yet"
     return f"{m:+.1f} [{lo:+.1f}, {hi:+.1f}] ({len(seeds)} seeds)"
 
 
