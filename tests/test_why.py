@@ -84,9 +84,8 @@ def test_the_blocks_in_the_docs_are_what_tools_why_prints(doc, flags):
     import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     text = open(os.path.join(root, doc)).read()
-    name = "why-brief" if flags else "why-table"
-    block = text.split(f"<!-- {name}: python -m tools.why{' ' if flags else ''}{' '.join(flags)} -->")[1]
-    block = block.split(f"<!-- /{name} -->")[0].strip()
+    name, cmd = "why-brief" if flags else "why-table", " ".join(["python -m tools.why", *flags])
+    block = text.split(f"<!-- {name}: {cmd} -->")[1].split(f"<!-- /{name} -->")[0].strip()
     p = subprocess.run([sys.executable, "-m", "tools.why", *flags], cwd=root, capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 0 and block == p.stdout.strip()
