@@ -37,20 +37,20 @@ def load(root):
     return out
 
 
-def pct(ev, key="all", split=None):
-    """Greedy success (%) of one evaluation: the held-out games ("all" / "seen" / "unseen"), or a split of its
-    own (split="train_panel")."""
+def pct(ev, key="all", split=None, sampled=False):
+    """Greedy success (%) of one evaluation (sampled: its pass at T = 0.4): the held-out games ("all" / "seen"
+    / "unseen"), or a split of its own (split="train_panel")."""
     if split:
         c = ev["counts"][split]
         return 100.0 * c["won"] / c["n"]
-    won, n = held_counts(ev, False)[key]
+    won, n = held_counts(ev, sampled)[key]
     return 100.0 * won / n
 
 
-def paired(a, b, seeds, key="all"):
+def paired(a, b, seeds, key="all", sampled=False):
     """Paired differences a - b (final evaluations) over the seeds both have -> (mean, lo, hi, seeds used)."""
     common = [k for k in seeds if k in a and k in b]
-    d = [pct(a[k]["final"], key) - pct(b[k]["final"], key) for k in common]
+    d = [pct(a[k]["final"], key, sampled=sampled) - pct(b[k]["final"], key, sampled=sampled) for k in common]
     m, h = t_interval(d) if d else (float("nan"), float("nan"))
     return m, m - h, m + h, common
 

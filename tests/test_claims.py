@@ -1,0 +1,79 @@
+"""tools/claims.py: §8's claim-by-claim reading on hand-made summaries (8 held-out games a run: 4 seen, 4 unseen),
+worked by hand; and the statement blocks in the docs are what it prints."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tools.claims import claims
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def summary(seed, won, sampled=None, rollouts=64.0):
+    """won (greedy) and sampled (default: the same) of the 8 held-out games at the run's last step."""
+    def split(w, n=4):
+        return {"won": w, "n": n, "per_type": {"p": [w, n]}}
+    s = won if sampled is None else sampled
+    counts = {"test_seen": split(min(won, 4)), "test_unseen": split(won - min(won, 4)),
+              "test_seen_sampled": split(min(s, 4)), "test_unseen_sampled": split(s - min(s, 4))}
+    return {"cfg": {"seed": seed}, "final": {"counts": counts}, "rollouts_per_step": rollouts}
+
+
+def runs(won, **kw):
+    return {k: summary(k, w, **kw) for k, w in enumerate(won)}
+
+
+def rows(out):
+    """{comparison: (numbers, reading, beside)} of claims()'s table."""
+    cells = [[c.strip() for c in line.split("|")[1:-1]] for line in out[2:]]
+    return {c[1]: (c[2], c[3], c[4]) for c in cells}
+
+
+def test_each_claim_by_hand():
+    """Agent-G² wins 2 of 8 on every seed (25 %).
+    GRPO 3, 4, 3, 4, 3 -> Agent-G² − GRPO -12.5, -25, -12.5, -25, -12.5: mean -17.5, sd 6.85, half width
+    2.776 * 6.85 / sqrt 5 = 8.5 -> [-26.0, -9.0], wholly below 0: reversed. Sampled GRPO 2 on every seed: +0.0.
+    fixed 2, 1, 3 -> 0, +12.5, -12.5: mean 0, sd 12.5, half 4.303 * 12.5 / sqrt 3 = 31.1 -> [-31.1, +31.1]:
+    not shown. linear 0, 1, 0 -> +25, +12.5, +25: mean 20.8, sd 7.22, half 17.9 -> [+2.9, +38.8]: shown.
+    target-acc has 2 of its 3 seeds: runs missing.
+    binary 3, 3, 2 -> binary − Agent-G² +12.5, +12.5, 0: mean 8.3 -> [-9.6, +26.3], not wholly above 0: shown;
+    detectable (t_0.975 + t_0.8 at 2 df) sd / sqrt 3 = (4.303 + 1.061) * 7.217 / 1.732 = 22.348 -> 22.3; rollouts 64
+    against 120: 0.53×.
+    σ = 0 2, 2, 2 -> 0 on every seed: [+0.0, +0.0], not shown.
+    The band: σ 0.25 (within 0.05 of 0.22) and R² 0.90 -> shown; σ 0.28 -> not shown."""
+    r = {"g2": runs([2] * 5), "grpo": runs([3, 4, 3, 4, 3], sampled=2), "fixed": runs([2, 1, 3]),
+         "linear": runs([0, 1, 0]), "target_acc": runs([2, 2]), "binary": runs([3, 3, 2], rollouts=120.0),
+         "no_sampling": runs([2, 2, 2])}
+    got = rows(claims(r, {"checkpoint": "ckpt", "fit": {"sigma": 0.25, "r2": 0.90}}))
+    assert got["Agent-G² − GRPO"] == ("-17.5 [-26.0, -9.0] (5 seeds)", "**reversed**",
+                                      "sampled +0.0 [+0.0, +0.0] (5 seeds)")
+    assert got["Agent-G² − fixed ratio 0.5"][:2] == ("+0.0 [-31.1, +31.1] (3 seeds)", "**not shown**")
+    assert got["Agent-G² − linear decay"][:2] == ("+20.8 [+2.9, +38.8] (3 seeds)", "**shown**")
+    assert got["Agent-G² − target-acc"][1] == "runs missing (2 of 3 seeds)"
+    assert got["binary search (probe) − Agent-G²"] == (
+        "+8.3 [-9.6, +26.3] (3 seeds)", "**shown**",
+        "sampled +8.3 [-9.6, +26.3] (3 seeds); detectable 22.3; rollouts a step 64.0 against 120.0 (0.53×)")
+    assert got["Agent-G² − σ = 0 (no sampling)"][:2] == ("+0.0 [+0.0, +0.0] (3 seeds)", "**not shown**")
+    assert got["Agent-G² − K = 1"] == ("no runs yet", "runs missing (0 of 3 seeds)", "sampled no runs yet")
+    assert got["the diagnostic of ckpt"] == ("σ 0.250, R² 0.900", "**shown**", "")
+    r["binary"] = runs([4, 4, 4], rollouts=120.0)  # +25 on every seed: wholly above 0
+    got = rows(claims(r, {"checkpoint": "ckpt", "fit": {"sigma": 0.28, "r2": 0.90}}))
+    assert got["binary search (probe) − Agent-G²"][1] == "**reversed**"
+    assert got["the diagnostic of ckpt"][1] == "**not shown**"
+    assert rows(claims(r))["the diagnostic"] == ("no diagnostic given", "", "")
+
+
+@pytest.mark.parametrize("doc", ["docs/results.md"])
+def test_the_claims_blocks_are_what_tools_claims_prints(doc):
+    """Each `<!-- claims: python -m tools.claims ARGS -->` block of a doc is exactly that command's output on the
+    kept summaries."""
+    text = open(os.path.join(ROOT, doc)).read()
+    blocks = text.split("<!-- claims: python -m tools.claims ")[1:]
+    assert blocks
+    for b in blocks:
+        args, rest = b.split(" -->", 1)
+        p = subprocess.run([sys.executable, "-m", "tools.claims", *args.split()], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0 and rest.split("<!-- /claims -->")[0].strip() == p.stdout.strip()

@@ -1,0 +1,88 @@
+"""The paper's claims, read off a regime's grid by the rule docs/results.md §8 fixed before that grid was
+complete, as one Markdown table: each comparison with its numbers and its reading.
+
+    python -m tools.claims results/cpu/mix6 [--diagnose docs/diagnose/mix6_grpo_s0/diagnose.json]
+
+The rule. The measure is hint-free greedy success at a run's last step on the held-out games; sampled success
+(T = 0.4) is quoted beside it and decides nothing. A comparison is the paired difference over the seeds both
+rows have, with its 95 % t interval: *shown* when the interval lies wholly on the side the paper claims,
+*reversed* when it lies wholly on the other side, *not shown* when it covers 0. The probe claim is a match:
+binary search − Agent-G² is *shown* unless it lies wholly above 0 (*reversed*), with the smallest difference
+its seeds detect at 80 % power beside it and the rollouts each row spends a step. The band (the diagnostic of
+one checkpoint, eval.py diagnose) is *shown* when its σ is within 0.05 of 0.22 and its R² is at least 0.85.
+A comparison with fewer seeds than the grid runs (5 for GRPO, 3 for the rest) reads "runs missing"."""
+import argparse
+import json
+
+import numpy as np
+
+from plumbing.tables import LABEL, detectable, t_interval
+from tools.why import SEEDS_3, SEEDS_A, load, pct
+
+# (claim, rows compared to Agent-G²) in §8's order; True: the other row minus Agent-G² (the probe's match)
+CLAIMS = [("hints beat plain GRPO", ["grpo"]),
+          ("Agent-G² beats the scalar schedules", ["fixed", "linear", "target_acc"]),
+          ("Agent-G² matches the probe at a fraction of its rollouts", ["binary"]),
+          ("each ablation costs points", ["no_sampling", "uniform", "K1", "no_aux"])]
+
+
+def compare(a, b, seeds, sampled=False):
+    """a - b over the seeds both have: (mean, lo, hi, paired differences) of the final evaluations."""
+    d = [pct(a[k]["final"], sampled=sampled) - pct(b[k]["final"], sampled=sampled)
+         for k in seeds if k in a and k in b]
+    m, h = t_interval(d) if d else (float("nan"), float("nan"))
+    return m, m - h, m + h, d
+
+
+def interval(m, lo, hi, d):
+    return f"{m:+.1f} [{lo:+.1f}, {hi:+.1f}] ({len(d)} seeds)" if len(d) > 1 else \
+        f"{m:+.1f} (1 seed)" if d else "no runs yet"
+
+
+def claims(runs, diag=None):
+    """runs: {method: {seed: summary}} (tools.why.load); diag: a diagnose.json, or None -> Markdown lines."""
+    g2 = runs.get("g2", {})
+    out = ["| claim | comparison | greedy, points (95 % paired t interval) | reading | beside it (decides "
+           "nothing) |", "|---|---|---|---|---|"]
+    for claim, others in CLAIMS:
+        for i, name in enumerate(others):
+            other, want = runs.get(name, {}), SEEDS_A if name == "grpo" else SEEDS_3
+            probe = name == "binary"
+            a, b = (other, g2) if probe else (g2, other)
+            m, lo, hi, d = compare(a, b, want)
+            s = compare(a, b, want, sampled=True)
+            if len(d) < len(want):
+                reading = f"runs missing ({len(d)} of {len(want)} seeds)"
+            elif probe:
+                reading = "**reversed**" if lo > 0 else "**shown**"
+            else:
+                reading = "**shown**" if lo > 0 else "**reversed**" if hi < 0 else "**not shown**"
+            beside = f"sampled {interval(*s)}"
+            if probe and len(d) > 1:
+                r = [np.mean([x["rollouts_per_step"] for x in r.values()]) for r in (g2, other)]
+                smallest = detectable(float(np.std(d, ddof=1)), len(d))
+                beside += (f"; detectable {smallest:.1f}; rollouts a step {r[0]:.1f} against {r[1]:.1f} "
+                           f"({r[0] / r[1]:.2f}×)")
+            pair = f"{LABEL[name]} − Agent-G²" if probe else f"Agent-G² − {LABEL[name]}"
+            out.append(f"| {claim if i == 0 else ''} | {pair} | {interval(m, lo, hi, d)} | {reading} | "
+                       f"{beside} |")
+    if diag is None:
+        out.append("| the band: σ ≈ 0.22, R² ≈ 0.9 | the diagnostic | no diagnostic given | | |")
+    else:
+        sigma, r2 = diag["fit"]["sigma"], diag["fit"]["r2"]
+        shown = abs(sigma - 0.22) <= 0.05 and r2 >= 0.85
+        out.append(f"| the band: σ ≈ 0.22, R² ≈ 0.9 | the diagnostic of {diag['checkpoint']} | "
+                   f"σ {sigma:.3f}, R² {r2:.3f} | **{'shown' if shown else 'not shown'}** | |")
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("results", help="a regime's results folder: <method>/s<seed>/summary.json")
+    p.add_argument("--diagnose", help="the diagnose.json the band claim is read from")
+    a = p.parse_args(argv)
+    print("\n".join(claims(load(a.results), json.load(open(a.diagnose)) if a.diagnose else None)))
+
+
+if __name__ == "__main__":
+    main()
