@@ -41,27 +41,34 @@ def test_each_claim_by_hand():
     binary 3, 3, 2 -> binary − Agent-G² +12.5, +12.5, 0: mean 8.3 -> [-9.6, +26.3], not wholly above 0: shown;
     detectable (t_0.975 + t_0.8 at 2 df) sd / sqrt 3 = (4.303 + 1.061) * 7.217 / 1.732 = 22.348 -> 22.3; rollouts 64
     against 120: 0.53×.
-    σ = 0 2, 2, 2 -> 0 on every seed: [+0.0, +0.0], not shown.
-    The band: σ 0.25 (within 0.05 of 0.22) and R² 0.90 -> shown; σ 0.28 -> not shown."""
+    σ = 0 (no_sampling) wins 2, 2, 2 -> 0 on every seed: no spread for an interval ([—]): "no spread"; uniform
+    3, 3, 3 -> -12.5 on every seed: the same.
+    The band: σ 0.25 (within 0.05 of 0.22) and R² 0.90 -> shown; σ 0.27 (0.05 off: within) -> shown; σ 0.28 or
+    R² 0.84 -> not shown.
+    Then binary 4, 4, 3 -> +25, +25, +12.5: mean 20.8 -> [+2.9, +38.8] (as linear, mirrored), wholly above 0:
+    reversed."""
     r = {"g2": runs([2] * 5), "grpo": runs([3, 4, 3, 4, 3], sampled=2), "fixed": runs([2, 1, 3]),
          "linear": runs([0, 1, 0]), "target_acc": runs([2, 2]), "binary": runs([3, 3, 2], rollouts=120.0),
-         "no_sampling": runs([2, 2, 2])}
+         "no_sampling": runs([2, 2, 2]), "uniform": runs([3, 3, 3])}
     got = rows(claims(r, {"checkpoint": "ckpt", "fit": {"sigma": 0.25, "r2": 0.90}}))
     assert got["Agent-G² − GRPO"] == ("-17.5 [-26.0, -9.0] (5 seeds)", "**reversed**",
-                                      "sampled +0.0 [+0.0, +0.0] (5 seeds)")
+                                      "sampled +0.0 [—] (5 seeds)")
     assert got["Agent-G² − fixed ratio 0.5"][:2] == ("+0.0 [-31.1, +31.1] (3 seeds)", "**not shown**")
     assert got["Agent-G² − linear decay"][:2] == ("+20.8 [+2.9, +38.8] (3 seeds)", "**shown**")
     assert got["Agent-G² − target-acc"][1] == "runs missing (2 of 3 seeds)"
     assert got["binary search (probe) − Agent-G²"] == (
         "+8.3 [-9.6, +26.3] (3 seeds)", "**shown**",
         "sampled +8.3 [-9.6, +26.3] (3 seeds); detectable 22.3; rollouts a step 64.0 against 120.0 (0.53×)")
-    assert got["Agent-G² − σ = 0 (no sampling)"][:2] == ("+0.0 [+0.0, +0.0] (3 seeds)", "**not shown**")
+    assert got["Agent-G² − σ = 0 (no sampling)"][:2] == ("+0.0 [—] (3 seeds)", "no spread")
+    assert got["Agent-G² − uniform sampling"][:2] == ("-12.5 [—] (3 seeds)", "no spread")
     assert got["Agent-G² − K = 1"] == ("no runs yet", "runs missing (0 of 3 seeds)", "sampled no runs yet")
     assert got["the diagnostic of ckpt"] == ("σ 0.250, R² 0.900", "**shown**", "")
-    r["binary"] = runs([4, 4, 4], rollouts=120.0)  # +25 on every seed: wholly above 0
-    got = rows(claims(r, {"checkpoint": "ckpt", "fit": {"sigma": 0.28, "r2": 0.90}}))
-    assert got["binary search (probe) − Agent-G²"][1] == "**reversed**"
-    assert got["the diagnostic of ckpt"][1] == "**not shown**"
+    r["binary"] = runs([4, 4, 3], rollouts=120.0)
+    got = rows(claims(r, {"checkpoint": "ckpt", "fit": {"sigma": 0.27, "r2": 0.85}}))
+    assert got["binary search (probe) − Agent-G²"][:2] == ("+20.8 [+2.9, +38.8] (3 seeds)", "**reversed**")
+    assert got["the diagnostic of ckpt"][1] == "**shown**"
+    for fit in ({"sigma": 0.28, "r2": 0.90}, {"sigma": 0.22, "r2": 0.84}):
+        assert rows(claims(r, {"checkpoint": "ckpt", "fit": fit}))["the diagnostic of ckpt"][1] == "**not shown**"
     assert rows(claims(r))["the diagnostic"] == ("no diagnostic given", "", "")
 
 
