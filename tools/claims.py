@@ -45,8 +45,10 @@ def flat(d):
 
 def interval(m, lo, hi, d):
     pts = lambda x: f"{round(x, 9) + 0.0:+.1f}"  # noqa: E731  (no "-0.0" from float noise)
+    if not d:
+        return "no runs yet"
     if len(d) < 2 or flat(d):
-        return "no runs yet" if not d else f"{pts(m)} (1 seed)" if len(d) == 1 else f"{pts(m)} [—] ({len(d)} seeds)"
+        return f"{pts(m)} (1 seed)" if len(d) == 1 else f"{pts(m)} [—] ({len(d)} seeds)"
     return f"{pts(m)} [{pts(lo)}, {pts(hi)}] ({len(d)} seeds)"
 
 
