@@ -95,6 +95,12 @@ def t_interval(d):
     return float(d.mean()), t_quantile(0.975, len(d) - 1) * float(d.std(ddof=1)) / math.sqrt(len(d))
 
 
+def flat(d):
+    """True when every seed gives one paired difference (success moves in steps of 1 / games): no spread to
+    size a t interval or a detectable difference with."""
+    return len(d) > 1 and max(d) - min(d) < 1e-9
+
+
 def detectable(sd, n1, n2=None, power=0.8):
     """The smallest true difference a two-sided 5 % t test detects with probability `power`, for a spread sd
     (the std of the paired differences, or the pooled std of two groups) over n1 seeds (paired) or n1 and n2
@@ -207,7 +213,7 @@ def regime_tables(rows, brief=False):
                 m, h = t_interval(d)
                 # one paired seed, or one difference on every seed (success moves in steps of 1 / 144):
                 # no spread to size an interval or a detectable difference with
-                if len(d) < 2 or max(d) - min(d) < 1e-9:
+                if len(d) < 2 or flat(d):
                     cells += [f"{m:+.1f} [—]", "—"]
                     continue
                 cells += [f"{m:+.1f} [{m - h:+.1f}, {m + h:+.1f}]",

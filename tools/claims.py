@@ -20,10 +20,10 @@ import json
 
 import numpy as np
 
-from plumbing.tables import LABEL, detectable, t_interval
-from tools.why import SEEDS_3, SEEDS_A, load, pct
+from plumbing.tables import LABEL, detectable, flat, t_interval
+from tools.why import SEEDS_3, SEEDS_A, diffs, load
 
-# (claim, rows compared to Agent-G²) in §8's order; True: the other row minus Agent-G² (the probe's match)
+# (claim, rows compared to Agent-G²) in §8's order; the probe's row is read as binary search − Agent-G²
 CLAIMS = [("hints beat plain GRPO", ["grpo"]),
           ("Agent-G² beats the scalar schedules", ["fixed", "linear", "target_acc"]),
           ("Agent-G² matches the probe at a fraction of its rollouts", ["binary"]),
@@ -32,15 +32,9 @@ CLAIMS = [("hints beat plain GRPO", ["grpo"]),
 
 def compare(a, b, seeds, sampled=False):
     """a - b over the seeds both have: (mean, lo, hi, paired differences) of the final evaluations."""
-    d = [pct(a[k]["final"], sampled=sampled) - pct(b[k]["final"], sampled=sampled)
-         for k in seeds if k in a and k in b]
-    m, h = t_interval(d) if d else (float("nan"), float("nan"))
+    d = diffs(a, b, seeds, sampled=sampled)[1]
+    m, h = t_interval(d)
     return m, m - h, m + h, d
-
-
-def flat(d):
-    """One difference on every seed (success moves in steps of 1 / games): no spread for a t interval."""
-    return len(d) > 1 and max(d) - min(d) < 1e-9
 
 
 def interval(m, lo, hi, d):

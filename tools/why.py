@@ -47,11 +47,17 @@ def pct(ev, key="all", split=None, sampled=False):
     return 100.0 * won / n
 
 
-def paired(a, b, seeds, key="all", sampled=False):
-    """Paired differences a - b (final evaluations) over the seeds both have -> (mean, lo, hi, seeds used)."""
+def diffs(a, b, seeds, key="all", sampled=False):
+    """a - b (final evaluations, points) over the seeds both have -> (seeds used, paired differences)."""
     common = [k for k in seeds if k in a and k in b]
-    d = [pct(a[k]["final"], key, sampled=sampled) - pct(b[k]["final"], key, sampled=sampled) for k in common]
-    m, h = t_interval(d) if d else (float("nan"), float("nan"))
+    return common, [pct(a[k]["final"], key, sampled=sampled) - pct(b[k]["final"], key, sampled=sampled)
+                    for k in common]
+
+
+def paired(a, b, seeds, key="all"):
+    """Paired differences a - b (final evaluations) over the seeds both have -> (mean, lo, hi, seeds used)."""
+    common, d = diffs(a, b, seeds, key)
+    m, h = t_interval(d)
     return m, m - h, m + h, common
 
 
