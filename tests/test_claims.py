@@ -72,7 +72,7 @@ def test_each_claim_by_hand():
     assert rows(claims(r))["the diagnostic"] == ("no diagnostic given", "", "")
 
 
-@pytest.mark.parametrize("doc", ["docs/results.md"])
+@pytest.mark.parametrize("doc", ["README.md", "docs/results.md"])
 def test_the_claims_blocks_are_what_tools_claims_prints(doc):
     """Each `<!-- claims: python -m tools.claims ARGS -->` block of a doc is exactly that command's output on the
     kept summaries."""

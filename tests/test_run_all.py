@@ -142,7 +142,7 @@ def test_cpu_smoke_grid_gives_every_entry_its_step(tmp_path):
     assert again.returncode == 0 and again.stdout.count("[run_all] done already:") == len(names)
 
 
-@pytest.mark.parametrize("doc, regime", [("README.md", "mix6_cc749d5"), ("docs/results.md", "mix6_cc749d5"),
+@pytest.mark.parametrize("doc, regime", [("README.md", "mix6"), ("docs/results.md", "mix6_cc749d5"),
                                          ("docs/results.md", "mix6"),
                                          ("docs/results.md", "toy"), ("docs/results.md", "pick2")])
 def test_results_tables_are_rebuilt_from_results(doc, regime):
