@@ -209,7 +209,6 @@ def test_held_out_games_are_never_training_games():
     in scenes no training game uses. The SFT base's recipe (docs/cpu-demo.md) trained on the training split
     only and read neither held-out split, and the regime trains on that split."""
     import hashlib
-    import re
 
     from config import get_config
     cfg = get_config(["--preset", "cpu_mix6"])

@@ -140,21 +140,3 @@ def test_cpu_smoke_grid_gives_every_entry_its_step(tmp_path):
     assert sum(policy_acted(tmp_path / n / "s0")[1] for n in names if not n.startswith("sft")) >= 1
     again = sh("--cpu", "--smoke", env={"RUN_ROOT": str(tmp_path)})  # complete runs are skipped: resumable
     assert again.returncode == 0 and again.stdout.count("[run_all] done already:") == len(names)
-
-
-@pytest.mark.parametrize("doc, regime", [("README.md", "mix6"), ("docs/results.md", "mix6_cc749d5"),
-                                         ("docs/results.md", "mix6"),
-                                         ("docs/results.md", "toy"), ("docs/results.md", "pick2")])
-def test_results_tables_are_rebuilt_from_results(doc, regime):
-    """Each results table of the README and docs/results.md is exactly what the command in its opening marker
-    (`python eval.py table [--brief] results/cpu/<regime>`) prints from the kept summaries."""
-    text = open(os.path.join(ROOT, doc)).read()
-    m = re.search(rf"<!-- {regime}-table: python eval.py table( --brief)? results/cpu/{regime} -->", text)
-    end = f"<!-- /{regime}-table -->"
-    assert m and end in text
-    block = text[m.end():].split(end)[0].strip()
-    flags = m.group(1).split() if m.group(1) else []
-    p = subprocess.run([sys.executable, "eval.py", "table", *flags, f"results/cpu/{regime}"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    assert block == p.stdout.strip()

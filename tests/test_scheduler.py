@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from config import Config
-from scheduler import make_clusters, make_rule, prefix_len
+from scheduler import make_rule, prefix_len
 from variants.rules import balanced_thresholds, cluster_ids, token_offsets, token_prefix_len
 
 

@@ -1,0 +1,56 @@
+"""The generated blocks of the README and docs/ (tools/blocks.py): the parser and the rewrite on a hand-written
+text, then every block of the repository against its command's output on the kept summaries."""
+import pytest
+
+from tools.blocks import ROOT, blocks, doc_paths, output, rebuilt
+
+TEXT = """intro
+<!-- t-table: python eval.py table results/cpu/x -->
+old table
+<!-- /t-table -->
+middle
+<!-- claims: python -m tools.claims a -->
+<!-- /claims -->
+<!-- t-table: python eval.py table results/cpu/y -->
+
+stale
+
+<!-- /t-table -->
+end
+"""
+
+
+def test_blocks_are_parsed_and_rebuilt_in_place():
+    assert blocks(TEXT) == [("t-table", "eval.py table results/cpu/x", "old table"),
+                            ("claims", "-m tools.claims a", ""),
+                            ("t-table", "eval.py table results/cpu/y", "stale")]
+    new = rebuilt(TEXT, lambda args: f"  <{args.split()[-1]}>\n")
+    assert new == """intro
+<!-- t-table: python eval.py table results/cpu/x -->
+<results/cpu/x>
+<!-- /t-table -->
+middle
+<!-- claims: python -m tools.claims a -->
+<a>
+<!-- /claims -->
+<!-- t-table: python eval.py table results/cpu/y -->
+<results/cpu/y>
+<!-- /t-table -->
+end
+"""
+    assert rebuilt(new, lambda args: f"<{args.split()[-1]}>") == new  # a second pass changes nothing
+    with pytest.raises(SystemExit, match="no <!-- /t-table -->"):
+        blocks("<!-- t-table: python eval.py table x -->\nbody\n")
+
+
+def _all_blocks():
+    import os
+    return [pytest.param(path, name, args, body, id=f"{path}:{name}") for path in doc_paths()
+            for name, args, body in blocks(open(os.path.join(ROOT, path)).read())]
+
+
+@pytest.mark.parametrize("path, name, args, body", _all_blocks())
+def test_every_block_is_its_commands_output(path, name, args, body):
+    """Each block of README.md and docs/*.md (a table of eval.py, tools.why, tools.claims) is exactly what its
+    opening marker's command prints now."""
+    assert body == output(args).strip(), f"{path}: {name} differs; `python -m tools.blocks` rebuilds it"

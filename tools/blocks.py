@@ -1,0 +1,75 @@
+"""The generated blocks of README.md and docs/*.md: each `<!-- NAME: python ARGS -->` ... `<!-- /NAME -->`
+holds exactly what `python ARGS` prints from the kept summaries (a table of eval.py, tools.why, tools.claims).
+
+    python -m tools.blocks            # rewrite every block whose command now prints something else
+    python -m tools.blocks --check    # change nothing; exit 1 naming each block that differs
+
+tests/test_blocks.py checks every block, so a committed summary and its tables cannot drift apart."""
+import argparse
+import functools
+import glob
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OPEN = re.compile(r"<!-- ([\w-]+): python ([^>]*?) -->")
+
+
+def doc_paths():
+    """The README, then docs/*.md, relative to the repository root."""
+    docs = glob.glob(os.path.join(ROOT, "docs", "*.md"))
+    return ["README.md", *sorted(os.path.relpath(p, ROOT) for p in docs)]
+
+
+def blocks(text):
+    """[(name, args, body)] of each block in text, in order; body is what lies between its markers, stripped.
+    The closing marker is the first one after the opening one (the same name may open other blocks later)."""
+    out = []
+    for m in OPEN.finditer(text):
+        close = f"<!-- /{m.group(1)} -->"
+        if close not in text[m.end():]:
+            raise SystemExit(f"tools.blocks: `<!-- {m.group(1)}: ...` has no {close}")
+        out.append((m.group(1), m.group(2), text[m.end():text.index(close, m.end())].strip()))
+    return out
+
+
+def rebuilt(text, run):
+    """text with each block's body replaced by run(args), stripped, on lines of its own."""
+    pieces, at = [], 0
+    for m in OPEN.finditer(text):
+        close = text.index(f"<!-- /{m.group(1)} -->", m.end())
+        pieces += [text[at:m.end()], "\n", run(m.group(2)).strip(), "\n"]
+        at = close
+    return "".join(pieces) + text[at:]
+
+
+@functools.lru_cache(maxsize=None)  # a command that several blocks name runs once
+def output(args):
+    """What `python ARGS` prints, run from the repository root with this interpreter."""
+    p = subprocess.run([sys.executable, *args.split()], cwd=ROOT, capture_output=True, text=True)
+    if p.returncode:
+        raise SystemExit(f"tools.blocks: `python {args}` failed:\n{p.stderr[-2000:]}")
+    return p.stdout
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block differs")
+    check = ap.parse_args().check
+    differ = []
+    for path in doc_paths():
+        text = open(os.path.join(ROOT, path)).read()
+        new = rebuilt(text, output)
+        for (name, args, old), (_, _, body) in zip(blocks(text), blocks(new)):
+            if old != body:
+                differ.append(f"{path}: {name} ({'differs' if check else 'rebuilt'})")
+        if new != text and not check:
+            open(os.path.join(ROOT, path), "w").write(new)
+    print("\n".join(differ) or "tools.blocks: every block is its command's output")
+    sys.exit(1 if check and differ else 0)
+
+
+if __name__ == "__main__":
+    main()
