@@ -237,8 +237,8 @@ def dynamics(runs, path):
 def run_summary(run, wall_s=None):
     """A run directory -> {config, final (the last evaluation) and best (best_evals) hint-free success, every
     evaluation, rollouts, seconds and rollouts per step, commit, date}. Read from its summary.json when there
-    is one (train.py writes it at the end; results/ keeps only these), else computed from config.json +
-    log.jsonl."""
+    is one (train.py writes it at the end, with wall_s and the host that ran it; results/ keeps only these),
+    else computed from config.json + log.jsonl."""
     path = os.path.join(run, "summary.json")
     if wall_s is None and os.path.exists(path):
         return {**json.load(open(path)), "run": run}
@@ -253,7 +253,23 @@ def run_summary(run, wall_s=None):
             "rollouts_per_step": (float(np.mean([r["rollouts_played"] for r in steps]))
                                   if steps else float("nan")),
             "wall_s": wall_s,
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            **({"host": host()} if wall_s is not None else {})}
+
+
+def host():
+    """What ran the run, for comparing its timings and floats: {"cpu": the CPU model, "cpu_capability": the
+    instruction set torch's CPU kernels use (two CPUs that differ in it give floats that differ by rounding),
+    "torch": version, "gpu": the first CUDA device or ""}. Of the process that writes the summary: a run
+    resumed on another machine names the last one."""
+    import platform
+
+    import torch
+    info = open("/proc/cpuinfo").read().splitlines() if os.path.exists("/proc/cpuinfo") else []  # Linux
+    cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "")
+    return {"cpu": cpu or platform.processor() or platform.machine(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""}
 
 
 def best_evals(evals):

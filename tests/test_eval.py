@@ -234,6 +234,23 @@ def test_table_groups_methods_and_refuses_to_mix_settings(tmp_path):
     assert md.startswith("note: these runs come from 2 different") and md.count("| method |") == 2
 
 
+def test_a_finished_runs_summary_names_its_host_and_a_read_one_does_not(tmp_path):
+    """run_summary with wall_s (train.py at the end) records the host that ran the run: two CPUs whose torch
+    kernels differ (AVX2, AVX512) give floats that differ by rounding. Computed later from the log (no wall_s),
+    it names no host: the reader's machine did not run it."""
+    import torch
+
+    from plumbing.report import run_summary
+    json.dump({"git_commit": "abc"}, open(tmp_path / "config.json", "w"))
+    (tmp_path / "log.jsonl").write_text(json.dumps({"step": 0, "t_step": 2.0, "rollouts_played": 8}) + "\n")
+    s = run_summary(str(tmp_path), wall_s=3.0)
+    assert s["wall_s"] == 3.0 and s["s_per_step"] == 2.0 and s["rollouts"] == 8
+    assert s["host"]["torch"] == torch.__version__
+    assert s["host"]["gpu"] == (torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")
+    assert s["host"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and s["host"]["cpu"]
+    assert "host" not in run_summary(str(tmp_path))
+
+
 def test_end_lines_report_first_and_last_eval():
     from plumbing.report import end_lines
     s = {"evals": [{"step": 0, "eval": {"val": 0.125, "val_sampled": 0.0625, "train_panel": 0.25}},
