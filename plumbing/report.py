@@ -259,16 +259,22 @@ def run_summary(run, wall_s=None):
 
 def host():
     """What ran the run, for comparing its timings and floats: {"cpu": the CPU model, "cpu_capability": the
-    instruction set torch's CPU kernels use (two CPUs that differ in it give floats that differ by rounding),
-    "torch": version, "gpu": the first CUDA device or ""}. Of the process that writes the summary: a run
-    resumed on another machine names the last one."""
+    vector instruction set torch's own CPU kernels dispatch to, "threads": torch's intra-op threads, "torch":
+    version, "gpu": the first CUDA device or ""}. Floats of one seed may differ by rounding between hosts that
+    differ in any of these. Of the process that writes the summary: a run resumed elsewhere names the last."""
     import platform
+    import subprocess
 
     import torch
-    info = open("/proc/cpuinfo").read().splitlines() if os.path.exists("/proc/cpuinfo") else []  # Linux
-    cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "")
-    return {"cpu": cpu or platform.processor() or platform.machine(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+    cpu = ""
+    if os.path.exists("/proc/cpuinfo"):  # Linux
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    elif platform.system() == "Darwin":
+        cpu = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True,
+                             text=True).stdout.strip()
+    return {"cpu": cpu or platform.machine(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "threads": torch.get_num_threads(), "torch": torch.__version__,
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""}
 
 

@@ -235,8 +235,8 @@ def test_table_groups_methods_and_refuses_to_mix_settings(tmp_path):
 
 
 def test_a_finished_runs_summary_names_its_host_and_a_read_one_does_not(tmp_path):
-    """run_summary with wall_s (train.py at the end) records the host that ran the run: two CPUs whose torch
-    kernels differ (AVX2, AVX512) give floats that differ by rounding. Computed later from the log (no wall_s),
+    """run_summary with wall_s (train.py at the end) records the host that ran the run: floats of one seed may
+    differ by rounding between CPUs whose torch kernels differ (AVX2, AVX512). Computed later from the log (no wall_s),
     it names no host: the reader's machine did not run it."""
     import torch
 
@@ -248,6 +248,7 @@ def test_a_finished_runs_summary_names_its_host_and_a_read_one_does_not(tmp_path
     assert s["host"]["torch"] == torch.__version__
     assert s["host"]["gpu"] == (torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")
     assert s["host"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and s["host"]["cpu"]
+    assert s["host"]["threads"] == torch.get_num_threads()
     assert "host" not in run_summary(str(tmp_path))
 
 

@@ -23,32 +23,40 @@ def doc_paths():
     return ["README.md", *sorted(os.path.relpath(p, ROOT) for p in docs)]
 
 
-def blocks(text):
-    """[(name, args, body)] of each block in text, in order; body is what lies between its markers, stripped.
-    The closing marker is the first one after the opening one (the same name may open other blocks later)."""
+def spans(text):
+    """[(name, args, start, end)]: each block of text in order, its body text[start:end]. The closing marker
+    is the first one after the opening marker; another opening marker before it is an error (a lost closing
+    marker would otherwise make a rewrite swallow the prose up to a later block's)."""
     out = []
     for m in OPEN.finditer(text):
-        close = f"<!-- /{m.group(1)} -->"
-        if close not in text[m.end():]:
-            raise SystemExit(f"tools.blocks: `<!-- {m.group(1)}: ...` has no {close}")
-        out.append((m.group(1), m.group(2), text[m.end():text.index(close, m.end())].strip()))
+        close = text.find(f"<!-- /{m.group(1)} -->", m.end())
+        nested = OPEN.search(text, m.end())
+        if close < 0 or (nested and nested.start() < close):
+            line = text.count("\n", 0, m.start()) + 1
+            raise ValueError(f"line {line}: `<!-- {m.group(1)}: ...` is not closed (<!-- /{m.group(1)} -->) "
+                             "before the next block")
+        out.append((m.group(1), m.group(2), m.end(), close))
     return out
+
+
+def blocks(text):
+    """[(name, args, body)] of each block in text, in order; body stripped."""
+    return [(name, args, text[start:end].strip()) for name, args, start, end in spans(text)]
 
 
 def rebuilt(text, run):
     """text with each block's body replaced by run(args), stripped, on lines of its own."""
     pieces, at = [], 0
-    for m in OPEN.finditer(text):
-        close = text.index(f"<!-- /{m.group(1)} -->", m.end())
-        pieces += [text[at:m.end()], "\n", run(m.group(2)).strip(), "\n"]
-        at = close
+    for _, args, start, end in spans(text):
+        pieces += [text[at:start], "\n", run(args).strip(), "\n"]
+        at = end
     return "".join(pieces) + text[at:]
 
 
 @functools.lru_cache(maxsize=None)  # a command that several blocks name runs once
 def output(args):
     """What `python ARGS` prints, run from the repository root with this interpreter."""
-    p = subprocess.run([sys.executable, *args.split()], cwd=ROOT, capture_output=True, text=True)
+    p = subprocess.run([sys.executable, *args.split()], cwd=ROOT, capture_output=True, text=True, timeout=600)
     if p.returncode:
         raise SystemExit(f"tools.blocks: `python {args}` failed:\n{p.stderr[-2000:]}")
     return p.stdout
@@ -61,7 +69,10 @@ def main():
     differ = []
     for path in doc_paths():
         text = open(os.path.join(ROOT, path)).read()
-        new = rebuilt(text, output)
+        try:
+            new = rebuilt(text, output)
+        except ValueError as e:
+            raise SystemExit(f"tools.blocks: {path}: {e}")
         for (name, args, old), (_, _, body) in zip(blocks(text), blocks(new)):
             if old != body:
                 differ.append(f"{path}: {name} ({'differs' if check else 'rebuilt'})")
