@@ -62,22 +62,29 @@ def output(args):
     return p.stdout
 
 
+def stale(path):
+    """[(name, args)] of each block of the doc at path (relative to the root) whose body is not what its
+    command prints now."""
+    text = open(os.path.join(ROOT, path)).read()
+    return [(name, args) for name, args, body in blocks(text) if body != output(args).strip()]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block differs")
     check = ap.parse_args().check
     differ = []
     for path in doc_paths():
-        text = open(os.path.join(ROOT, path)).read()
         try:
-            new = rebuilt(text, output)
+            names = [name for name, _ in stale(path)]
         except ValueError as e:
             raise SystemExit(f"tools.blocks: {path}: {e}")
-        for (name, args, old), (_, _, body) in zip(blocks(text), blocks(new)):
-            if old != body:
-                differ.append(f"{path}: {name} ({'differs' if check else 'rebuilt'})")
-        if new != text and not check:
-            open(os.path.join(ROOT, path), "w").write(new)
+        differ += [f"{path}: {name} ({'differs' if check else 'rebuilt'})" for name in names]
+        if not check:  # rewritten whenever anything changes, a block's blank lines included
+            text = open(os.path.join(ROOT, path)).read()
+            new = rebuilt(text, output)
+            if new != text:
+                open(os.path.join(ROOT, path), "w").write(new)
     print("\n".join(differ) or "tools.blocks: every block is its command's output")
     sys.exit(1 if check and differ else 0)
 
