@@ -51,4 +51,5 @@ end
 def test_every_block_is_its_commands_output(path):
     """Each block of README.md and docs/*.md (a table of eval.py, tools.why, tools.claims) is exactly what its
     opening marker's command prints now."""
-    assert not stale(path), f"{path}: {stale(path)} differ; `python -m tools.blocks` rebuilds them"
+    differ = stale(path)
+    assert not differ, f"{path}: {differ} differ; `python -m tools.blocks` rebuilds them"
