@@ -38,6 +38,7 @@ CHOICES = {
     "cluster_mode": ["quantile", "balanced", "random", "online", "webshop_3"],
     "mode": ["grpo", "aux_only", "sft_full", "sft_prefix"],
     "adv_level": ["traj", "step"],
+    "adv_mode": ["mean_norm", "mean_std_norm"],
     "loss_agg": ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "episode"],
     "engine": ["auto", "vllm", "hf"],
     "sample_streams": ["engine", "episode"],
@@ -210,6 +211,21 @@ class Config:
                      "prefix-mean (each row's token mean, weight 1/n in its n-step prefix: "
                      "the authors' prefix SFT)")
     adv_level: str = F("traj", "group-normalise advantages over trajectories (paper) or step rows (released)")
+    advantage: str = F("grpo", "advantage estimator: grpo (paper: group-normalised outcomes) | gigpo | "
+                       "beacon (variants/advantages.py) | module:Class (an estimator of your own; README "
+                       "Hack it)")
+    adv_mode: str = F("mean_norm", "gigpo, beacon: mean_norm (subtract the group mean) | mean_std_norm (and "
+                      "divide by the group's std); the references' yaml default is mean_norm")
+    step_adv_w: float = F(1.0, "gigpo: omega, beacon: lambda, the weight of the step (segment) advantage")
+    step_gamma: float = F(0.95, "gigpo: the step return's discount; beacon: the decay of a segment's reward "
+                          "with the distance to its milestone")
+    similarity_thresh: float = F(0.0, "gigpo: group anchors whose difflib ratio is >= this (the "
+                                 "reference's similarity mode, greedy, order-dependent; it uses 0.95); "
+                                 "0 = exact equality")
+    milestones: str = F("", "beacon, ALFWorld: a milestone file in BEACON's alfworld.json format (ids "
+                        "<task_dir>_<trial_dir>); empty: each task's expert actions")
+    milestone_thresh: float = F(0.95, "beacon, ALFWorld: the difflib ratio at which an action matches its "
+                                "milestone")
     loss_agg: str = F("token-mean", "token-mean | seq-mean-token-sum | seq-mean-token-mean | "
                       "episode (grpo.py)")
     micro_batch: int = F(16, "rows per forward/backward micro-batch")
@@ -244,6 +260,22 @@ METHODS = {
     "target_acc": ("main", "--scheduler target_acc"),
     "binary": ("main", "--scheduler binary --max_probes 2"),
     "enum": ("main", "--scheduler enum"),
+    # Table 1's hint-free RL rows (docs/method.md §3.1, §5.1): advantage estimators (variants/advantages.py),
+    # hint-free, with the references' reward (10 * won, 0.1 off an invalid step's row); GiGPO as its ALFWorld
+    # script (mean_std_norm, omega 1, gamma 0.95); BEACON as its ALFWorld script (gamma 0.9, lambda 10,
+    # threshold 0.95) and as its README (gamma 0.95, lambda 1); Agent-G² on top of GiGPO (its future work)
+    "gigpo": ("main", "--scheduler none --advantage gigpo --adv_mode mean_std_norm --step_adv_w 1 "
+                      "--step_gamma 0.95 --reward_scale 10 --invalid_penalty 0.1"),
+    "beacon": ("main", "--scheduler none --advantage beacon --adv_mode mean_norm --step_adv_w 10 "
+                       "--step_gamma 0.9 --milestone_thresh 0.95 --reward_scale 10 --invalid_penalty 0.1"),
+    "beacon_readme": ("main", "--scheduler none --advantage beacon --adv_mode mean_norm --step_adv_w 1 "
+                              "--step_gamma 0.95 --milestone_thresh 0.95 --reward_scale 10 "
+                              "--invalid_penalty 0.1"),
+    "g2_gigpo": ("main", "--scheduler g2 --advantage gigpo --adv_mode mean_std_norm --step_adv_w 1 "
+                         "--step_gamma 0.95 --reward_scale 10 --invalid_penalty 0.1"),
+    # the same estimators under their references' own protocols (GPU grid; config/gigpo_ref.py, beacon_ref.py)
+    "gigpo_ref": ("reference", "--preset gigpo_ref"),
+    "beacon_ref": ("reference", "--preset beacon_ref"),
     "released": ("released", "--preset released"),  # the authors' launcher (GPU grid)
     # the released code's depth rules on another preset (the CPU grid): the e065918 launchers' values
     "released_rules": ("released", "--lam 0.3 --cap 0.8 --mu_update deadband --acc_low 0.5 --acc_high 0.5 "
@@ -269,7 +301,15 @@ METHODS = {
                                               ("step", "--scheduler step"),
                                               ("target_acc", "--scheduler target_acc"),
                                               ("binary", "--scheduler binary --max_probes 2"),
-                                              ("enum", "--scheduler enum")]},
+                                              ("enum", "--scheduler enum"),
+                                              # GiGPO's WebShop script: mean_norm; BEACON's: gamma 0.95,
+                                              # lambda 1, 1.0 off an invalid step
+                                              ("gigpo", "--scheduler none --advantage gigpo --adv_mode "
+                                                        "mean_norm --step_adv_w 1 --step_gamma 0.95 "
+                                                        "--reward_scale 10 --invalid_penalty 0.1"),
+                                              ("beacon", "--scheduler none --advantage beacon --adv_mode "
+                                                         "mean_norm --step_adv_w 1 --step_gamma 0.95 "
+                                                         "--reward_scale 10 --invalid_penalty 1.0")]},
     "ws_released": ("released", "--preset released_webshop"),
     # hint sources (the pick-two regime): half the tasks without an expert trajectory, hinted by the policy's
     # own wins or left unhinted
@@ -306,7 +346,8 @@ def scheduler_methods():
     """[(name, config overrides)] of the methods that differ only in their depth rule: what `bench sched`
     simulates and eval.py diagnose replays (not the training variants, the 7B rows, WebShop's copies or whole
     presets)."""
-    training = {"mode", "eta", "model", "parallel", "hint_source", "drop_walkthroughs", "preset"}
+    training = {"mode", "eta", "model", "parallel", "hint_source", "drop_walkthroughs", "preset", "advantage",
+                "reward_scale", "invalid_penalty", *ADVANTAGE_FLAGS}
     out = []
     for name, (group, flags) in METHODS.items():
         values = flag_values(flags)
@@ -440,6 +481,7 @@ def validate(cfg):
             variant("losses", name)
         except ValueError as e:
             raise ValueError(f"--loss_terms {e}") from None
+    check_advantage(cfg)
     if cfg.max_steps < 1 or cfg.max_new_tokens < 1:
         raise ValueError("--max_steps and --max_new_tokens must be >= 1")
     if not 0 <= cfg.drop_walkthroughs <= 1 or not 0 <= cfg.hint_free_share <= 1:
@@ -466,6 +508,40 @@ def validate(cfg):
         if getattr(cfg, flag) < 0:
             raise ValueError(f"--{flag} {getattr(cfg, flag):g}: a sampling temperature is >= 0 (0: greedy)")
     return cfg
+
+
+ADVANTAGES = ["grpo", "gigpo", "beacon"]  # grpo.GRPO and variants/advantages.py's; or module:Class
+ADVANTAGE_FLAGS = ("adv_mode", "step_adv_w", "step_gamma", "similarity_thresh", "milestones",
+                   "milestone_thresh")  # read by gigpo and beacon only
+
+
+def check_advantage(cfg):
+    """--advantage and its flags: one line for an unknown estimator, a value out of range, a milestone file
+    that is not there or a setting that cannot hold (the file's content is checked when the estimator is
+    built, before any model loads)."""
+    if cfg.advantage not in ADVANTAGES:
+        if ":" not in cfg.advantage:
+            raise ValueError(f"unknown advantage estimator {cfg.advantage!r}: expected one of {ADVANTAGES} "
+                             "or module:Class")
+        variant("advantages", cfg.advantage)
+    if not 0 < cfg.step_gamma <= 1:
+        raise ValueError(f"--step_gamma {cfg.step_gamma:g}: a discount lies in (0, 1]")
+    if not 0 <= cfg.step_adv_w < math.inf:
+        raise ValueError(f"--step_adv_w {cfg.step_adv_w:g}: a weight is >= 0")
+    if not 0 <= cfg.similarity_thresh < 1:
+        raise ValueError(f"--similarity_thresh {cfg.similarity_thresh:g}: a difflib ratio in [0, 1) (the "
+                         "reference asserts (0, 1) for the similarity mode; 0 = exact anchors)")
+    if not 0 < cfg.milestone_thresh <= 1:
+        raise ValueError(f"--milestone_thresh {cfg.milestone_thresh:g}: a difflib ratio in (0, 1]")
+    if cfg.milestones and (cfg.advantage != "beacon" or cfg.env != "alfworld"):
+        raise ValueError("--milestones is read by --advantage beacon on --env alfworld only (WebShop's "
+                         "milestones come from its phase detector)")
+    if cfg.milestones and not os.path.isfile(cfg.milestones):
+        raise ValueError(f"--milestones {cfg.milestones}: no such file (BEACON's migpo/alfworld.json "
+                         "format); leave it empty to use each task's expert actions")
+    if cfg.advantage == "beacon" and cfg.scheduler != "none":
+        raise ValueError(f"--advantage beacon plays hint-free (--scheduler none): its segments are defined "
+                         f"on whole trajectories; got --scheduler {cfg.scheduler}")
 
 
 def _bool(s):
@@ -520,6 +596,9 @@ def get_config(argv=None, description="", extra=None, base=None):
     if cfg.temperature == 0 and cfg.mode == "grpo":
         print("warning: --temperature 0: a group's greedy rollouts play alike, so their advantages are 0 and "
               "GRPO learns nothing from them", file=sys.stderr)
+    if cfg.advantage == "grpo" and (set_ := [f for f in ADVANTAGE_FLAGS if getattr(cfg, f) != defaults()[f]]):
+        print(f"warning: --{set_[0]} belongs to --advantage gigpo / beacon; under --advantage grpo it does "
+              "nothing", file=sys.stderr)
     for name, rule in variant_registry("rules").items():  # a rule's own flag under another does nothing
         for flag in getattr(rule, "flags", ()):
             if name != cfg.scheduler and getattr(cfg, flag) != defaults()[flag]:

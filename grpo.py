@@ -5,6 +5,7 @@ nanoGPT's model.py does; tests/test_grpo.py checks each piece on toy inputs and 
 
     adv, n_zero = group_advantages(rewards, gid, keep)            # [E] per episode
     n_zero, n_groups = row_advantages(rows, episodes, "traj")     # the same on train.py's step rows
+    est = make_advantage(cfg, tasks); n_zero, n_groups = est(rows, episodes)   # --advantage's estimator
     mbs = mini_batches(rows, n_mb)                                # rank-independent PPO mini-batches
     opts = trie_options(response_ids, allowed)                    # allowed next tokens per response position
     lp = token_logprobs(logits, targets, options, temperature)    # [b, T] log pi(a_t | s, a_<t)
@@ -32,6 +33,7 @@ allowed token) then has log-prob 0 and no gradient, and no mass can drift onto t
 allows.
 """
 import contextlib
+import io
 import math
 
 import torch
@@ -79,6 +81,36 @@ def row_advantages(rows, episodes, level):
     for j, r in enumerate(rows):
         r["adv"] = adv[j].item() if level == "step" else by_eid[r["eid"]]
     return n_zero, len({u["gid"] for u in units if u["eid"] not in err})
+
+
+class GRPO:
+    """The paper's advantage estimator: row_advantages at --adv_level. An estimator is built once at setup as
+    Class(cfg, tasks) and called on each step's rows and episodes: est(rows, episodes) -> (zero-advantage
+    groups, groups), setting row["adv"]; stats() -> a dict merged into the step record (none here). Others:
+    variants/advantages.py (gigpo, beacon), or --advantage file:Class (README "Hack it")."""
+
+    def __init__(self, cfg, tasks=None):
+        self.level = cfg.adv_level
+
+    def __call__(self, rows, episodes):
+        return row_advantages(rows, episodes, self.level)
+
+    def stats(self):
+        return {}
+
+
+def make_advantage(cfg, tasks, verbose=True):
+    """--advantage: grpo (GRPO), a name in variants/advantages.py, or file:Class; built once at setup, before
+    any model loads (a bad milestone file: one line, exit 2). verbose False: its start-up lines are silenced
+    (ranks other than 0)."""
+    if cfg.advantage == "grpo":
+        return GRPO(cfg, tasks)
+    from config import fail, variant
+    try:
+        with contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO()):
+            return variant("advantages", cfg.advantage)(cfg, tasks)
+    except (ValueError, FileNotFoundError) as e:
+        fail(str(e))
 
 
 def mini_batches(rows, n_mb):

@@ -5,7 +5,7 @@ interface, the vLLM weight sync, and the rollout loop over the env pool.
     hints, reply = make_hints(cfg, tasks), Reply(cfg)   # at setup (hints: ExpertSource or a variant's)
     out = rollout(engine, pool, tok, [group(task, hints.hint(task), n, R)], cfg, seed, reply)
     out["rows"]      per-step training rows (prompt ids, response ids, engine log-probs, group / episode /
-                     step, valid, reward)
+                     step, valid, reward; obs, action, milestone: for the advantage estimators)
     out["aux"]       one row per expert-prefix step: the prompt the policy would have seen + the expert reply
                      (with its think where the prompt asks for one), "n" = the prefix's length
     out["episodes"]  won, reward, steps, invalid, error, played (the prefix and the valid actions after it)
@@ -17,12 +17,10 @@ finished ones drop out. Prefix steps are in the history like the agent's own and
 import contextlib
 import functools
 import itertools
-import logging
 import os
 import random
 import re
 import time
-import warnings
 from typing import NamedTuple
 
 import torch
@@ -579,8 +577,9 @@ def rollout(engine, pool, tok, groups, cfg, seed=0, reply=None):
         action, ok = reply.read(text, o["finished"])
         e["rows"].append({"prompt_ids": p, "response_ids": o["ids"], "logprobs": o["logprobs"],
                           "gid": e["gid"], "eid": e["eid"], "t": e["steps"], "valid": ok, "text": text,
+                          "obs": e["obs"], "action": action or "",  # the raw observation acted on, the action
                           **({"allowed": allowed} if allowed is not None else {})})
-        return ("step", e["eid"], action if action is not None else "")
+        return ("step", e["eid"], action or "")
 
     def settle(e, req, r):  # the worker's answer to an episode's step
         e["steps"] += 1
@@ -591,6 +590,7 @@ def rollout(engine, pool, tok, groups, cfg, seed=0, reply=None):
             return
         row = e["rows"][-1]
         row["valid"] = row["valid"] and r["valid"]
+        row["milestone"] = r.get("milestone", False)  # a WebShop milestone reached by this step (BEACON)
         if r["valid"]:  # the environment took it (a format-invalid reply may still have been played)
             e["played"].append(req[2])
         e["invalid"] += not row["valid"]

@@ -2,7 +2,7 @@
 # run_all.sh: every experiment of the paper, one literal command per method, each seed its own run directory.
 #
 #   bash run_all.sh --dry-run                 # print the whole paper grid and its run count; run nothing
-#   bash run_all.sh [--only main|ablations|clusters|sft|released|webshop] [--7b]   # the paper grid (8 GPUs, preset paper)
+#   bash run_all.sh [--only main|ablations|clusters|sft|released|reference|webshop] [--7b]   # the paper grid (8 GPUs)
 #   bash run_all.sh --cpu                     # the same grid at toy scale on a CPU (preset cpu, 2 seeds)
 #   bash run_all.sh --cpu --smoke             # every grid entry for one step on a minimal budget (CI)
 #   bash run_all.sh --cpu --only pick2        # the pick-two regime's comparison (preset cpu_pick2), 17 runs
@@ -44,8 +44,8 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-case "$ONLY" in ""|main|ablations|clusters|sft|released|webshop|pick2|mix6|why) ;;
-    *) echo "run_all.sh: --only main|ablations|clusters|sft|released|webshop|pick2|mix6|why" >&2; exit 2 ;; esac
+case "$ONLY" in ""|main|ablations|clusters|sft|released|reference|webshop|pick2|mix6|why) ;;
+    *) echo "run_all.sh: --only main|ablations|clusters|sft|released|reference|webshop|pick2|mix6|why" >&2; exit 2 ;; esac
 case "$ONLY" in pick2|mix6|why) [ "$MODE" = cpu ] || { echo "run_all.sh: --only $ONLY goes with --cpu" >&2; exit 2; } ;; esac
 [ "$SMOKE" = 1 ] && [ "$MODE" != cpu ] && { echo "run_all.sh: --smoke goes with --cpu" >&2; exit 2; }
 
@@ -54,7 +54,7 @@ if [ "$MODE" = gpu ]; then
     LAUNCH="torchrun --standalone --nproc_per_node=${NPROC:-8} train.py"
     # the authors' expert trajectories (their sft_data/, also on their Hugging Face dataset
     # xiamoent/Agent-G2-ALFWorld-Webshop-sft-data): the hints the paper used, with a think per step
-    EXPERT_DATA=${EXPERT_DATA:-data/sft_data}
+    EXPERT_DATA=${EXPERT_DATA:-data/sft_data} MILESTONES=${MILESTONES:-data/beacon/alfworld.json}
     ALF=(--expert_data "$EXPERT_DATA/alfworld_sft_data.json")
     if [ "$DRY" = 0 ] && [ ! -f "$EXPERT_DATA/alfworld_sft_data.json" ]; then
         echo "run_all.sh: no $EXPERT_DATA/alfworld_sft_data.json: put the authors' sft_data/ files there (their" \
@@ -119,9 +119,14 @@ for s in $SEEDS; do
                 if [ "$MODE" = gpu ]; then [ "$name" = released_rules ] && continue
                 else [ "$name" != released_rules ] && continue; fi ;;
             webshop) ;;
+            reference) [ "$MODE" = gpu ] || continue ;;  # GiGPO's and BEACON's own protocols (config/*_ref.py)
             *) continue ;;  # hints (the pick-two regime, below), beyond (python -m tools.bench sched)
         esac
         case "$name" in *_7b) { [ "$MODE" = gpu ] && [ "$SEVEN" = 1 ]; } || continue ;; esac  # Qwen2.5-7B: --7b
+        # BEACON's milestones on the GPU grid: its migpo/alfworld.json where there (MILESTONES=FILE), else each
+        # task's expert actions (the run's start-up log says which)
+        case "$name" in beacon*) if [ "$MODE" = gpu ] && [ -f "$MILESTONES" ]; then
+                                     flags+=(--milestones "$MILESTONES"); fi ;; esac
         if [[ $name == ws_* ]]; then
             # WebShop (method §5): the official environment on the GPU grid (WEBSHOP_PATH, `python envs.py
             # webshop-doctor`) in the authors' setting (the paper preset's webshop_setting / webshop_split), their
@@ -149,7 +154,8 @@ done
 #      pick2 (docs/results.md §5): Agent-G² and GRPO 3 seeds, four schedules 2, enumeration 1, and seed 0 of the
 #      hint sources' two runs (half the tasks without an expert trajectory, hinted by the policy's own wins or left
 #      unhinted). mix6 (docs/results.md §8): all six task types, held-out games; Agent-G² and GRPO 5 seeds, the
-#      scalar schedules, the probe (binary search) and the ablations sigma = 0, uniform, K = 1, eta = 0 with 3.
+#      scalar schedules, the probe (binary search) and the ablations sigma = 0, uniform, K = 1, eta = 0 with 3;
+#      Table 1's hint-free rows GiGPO, BEACON and Agent-G² + GiGPO with 3 (docs/results.md §11).
 #      why (docs/results.md §9, written down before these runs): under cpu_mix6, seeds 0-2 each, a share of each
 #      batch played hint-free (b), L_aux alone with a training panel (c), Agent-G² and GRPO for 300 steps (d).
 declare -A WHY=([hint_free]="--scheduler g2_hint_free" [aux_only]="--mode aux_only --train_panel 48"
@@ -158,7 +164,7 @@ case "$ONLY" in
     why) PLAN="hint_free:012 aux_only:012 g2_300:012 grpo_300:012" ;;
     pick2) PLAN="g2:012 grpo:012 fixed:01 linear:01 target_acc:01 binary:01 enum:0 self_hints:0 half_hints:0" ;;
     mix6) PLAN="g2:01234 grpo:01234 fixed:012 linear:012 target_acc:012 binary:012 no_sampling:012 uniform:012"
-          PLAN="$PLAN K1:012 no_aux:012" ;;
+          PLAN="$PLAN K1:012 no_aux:012 gigpo:012 beacon:012 g2_gigpo:012" ;;
     *) PLAN="" ;;
 esac
 if [ -n "$PLAN" ]; then

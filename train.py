@@ -42,7 +42,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from envs import EnvPool, env_spec  # noqa: E402
 from eval import eval_sets, eval_splits, evals_due, in_loop_eval, write_transcripts  # noqa: E402
-from grpo import Update, lr_at, make_terms, needs_reference, row_advantages  # noqa: E402
+from grpo import Update, lr_at, make_advantage, make_terms, needs_reference  # noqa: E402
 from rollout import (Reply, group_successes, make_engine, make_hints, make_player,  # noqa: E402
                      seed_all, sync_check)
 from scheduler import make_rule  # noqa: E402
@@ -92,6 +92,7 @@ val_sets = [(name, cut(tasks_for(cfg, split, verbose=master))) for name, split i
 panel = [train_tasks[i] for i in np.random.default_rng(1234).permutation(len(train_tasks))[:cfg.train_panel]]
 hints = make_hints(cfg, train_tasks)  # every prefix comes from it: rollout.ExpertSource or variants/hints.py
 reply = Reply(cfg)  # how a reply is read and rewarded (rollout.Reply: its flags)
+advantage = make_advantage(cfg, train_tasks, master)  # grpo.GRPO (paper) or variants/advantages.py's
 
 
 def hint_len(hint):  # L: the length of a hint's actions; None without any (played at depth 0)
@@ -260,11 +261,11 @@ for step in bar:
         sched.update([tasks[i]["id"] for i in hinted], [p_hat[i] for i in hinted], [flags[i] for i in hinted])
     moved = hints.observe([e for part in gather([{k: e[k] for k in ("task_id", "won", "error", "played")}
                                                  for e in out["episodes"]]) for e in part])  # ids: new hints
-    # 4. GRPO advantages within each group, then the loss and the update (error episodes train on nothing)
+    # 4. advantages within each group (--advantage, GRPO's by default), then the loss and the update
     t2 = time.time()
-    err = {e["eid"] for e in out["episodes"] if e["error"]}
+    err = {e["eid"] for e in out["episodes"] if e["error"]}  # error episodes train on nothing
     rows = [r for r in out["rows"] if r["eid"] not in err]
-    n_zero, n_groups = row_advantages(rows, out["episodes"], reply.adv_level) if out["episodes"] else (0, 0)
+    n_zero, n_groups = advantage(rows, out["episodes"]) if out["episodes"] else (0, 0)
     model.train()
     engine.sleep_mode(True)  # --vllm_sleep (GPU): free the engine's memory during the update
     update = learn.batch(rows, out["aux"])  # the batch's optimizer steps (several with --ppo_mini_batch)
@@ -290,12 +291,12 @@ for step in bar:
     rec = step_record(step, lr, p_hat, gather((n_zero, n_groups)), update, plan, sched.stats(),
                       (view, task_hints, moved), redraws, sync_err, consist, times, t0,
                       gather((out["stats"], player.stats, len(out["episodes"]), len(err))), tasks)
+    rec |= advantage.stats()  # the estimator's own figures (none for GRPO)
     if master:  # a mini-batch skipped for a non-finite loss: a warning on the step line
         log.write(json.dumps(rec, default=lambda o: o.item() if hasattr(o, "item") else str(o)) + "\n")
         log.flush()
-        warn = f" | [warn] non-finite loss: {update['skipped']} mini-batch(es) skipped, {bad} step(s) in a " \
-               "row"
-        bar.write(step_line(rec) + warn * (bad > 0))
+        bar.write(step_line(rec) + (f" | [warn] non-finite loss: {update['skipped']} mini-batch(es) skipped, "
+                                    f"{bad} step(s) in a row" if bad else ""))
         if any(evals_due(cfg, step)):  # two training episodes (rank 0's) at each evaluation step
             write_transcripts(f"{cfg.out_dir}/transcripts/step{step:06d}_train.txt", out, tok, 2)
         if wandb_run:

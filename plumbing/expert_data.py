@@ -25,7 +25,11 @@ def read_expert_file(path):
                                 "(the authors' sft_data/alfworld_sft_data.json or "
                                 "webshop_sft_data.json, from their repository or their Hugging Face dataset "
                                 "xiamoent/Agent-G2-ALFWorld-Webshop-sft-data)")
-    payload = json.load(open(path, encoding="utf-8"))
+    try:
+        payload = json.load(open(path, encoding="utf-8"))
+    except json.JSONDecodeError as e:  # one line naming the file and the place, not json's traceback
+        raise ValueError(f"--expert_data {path}: not valid JSON at line {e.lineno}, column {e.colno} "
+                         f"({e.msg})") from None
     items = payload.get("trajectories") if isinstance(payload, dict) else payload
     if not isinstance(items, list):
         raise ValueError(f"--expert_data {path}: expected {{\"trajectories\": [...]}} or a list of entries")

@@ -35,7 +35,8 @@ def _worker_main(fd, spec_json, make_env):
 def _step_result(env, ep, action):
     valid = env.step(ep, action)  # "done": a WebShop purchase ends the episode
     return {"ok": True, "valid": valid, "obs": ep["obs"], "admissible": ep["admissible"], "won": ep["won"],
-            "score": ep.get("score", float(ep["won"])), "done": ep.get("done", ep["won"])}
+            "score": ep.get("score", float(ep["won"])), "done": ep.get("done", ep["won"]),
+            "milestone": ep.get("milestone", False)}  # BEACON's WebShop flag (plumbing/milestones.py)
 
 
 def _error(e):

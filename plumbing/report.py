@@ -353,7 +353,7 @@ def run_flags(cfg):
     return " ".join(out)
 
 
-TABLE_SECTIONS = [("Tables 1-2: main comparison", ("main", "released")),
+TABLE_SECTIONS = [("Tables 1-2: main comparison", ("main", "released", "reference")),
                   ("Table 3: ablations", ("ablations",)),
                   ("Table 8: clusters (K = 3 is g2)", ("clusters",)), ("SFT baselines", ("sft",)),
                   ("WebShop (Tables 1-2)", ("webshop",)), ("Hint sources", ("hints",)),

@@ -3,9 +3,9 @@ test_seen and test_unseen), from the kept summaries: `python eval.py table resul
 (report.table hands every setting whose runs evaluated on test_* splits to regime_tables).
 
 - Table 1's shape: hint-free success on the held-out games per task type, seen / unseen rooms and overall,
-  greedy and sampled, mean ± std over seeds; beside the overall column a 95 % interval over seeds (a bootstrap
-  of the seeds' means: seed-to-seed spread) and a 95 % Wilson interval of the games pooled over the seeds
-  (binomial noise only).
+  greedy and sampled, mean ± std over seeds; beside the overall column a 95 % t interval of the mean over
+  seeds (seed-to-seed spread; with 3 seeds a percentile bootstrap would only give the seeds' min and max) and
+  a 95 % Wilson interval of the games pooled over the seeds (binomial noise only).
 - Table 2's shape: seconds and rollouts per step (probe rollouts included), as ratios to GRPO's.
 - Table 3's shape: each method's difference from Agent-G² on the same seeds (paired), with a 95 % t interval,
   and the smallest paired difference those seeds could detect at 80 % power; then Agent-G² against GRPO
@@ -23,7 +23,8 @@ TYPE_LABEL = {"pick_and_place_simple": "Pick", "look_at_obj_in_light": "Look",
               "pick_cool_then_place_in_recep": "Cool", "pick_two_obj_and_place": "Pick Two"}
 LABEL = {"g2": "Agent-G²", "grpo": "GRPO", "fixed": "fixed ratio 0.5", "linear": "linear decay",
          "target_acc": "target-acc", "binary": "binary search (probe)", "no_sampling": "σ = 0 (no sampling)",
-         "uniform": "uniform sampling", "K1": "K = 1", "no_aux": "η = 0 (no aux loss)",
+         "uniform": "uniform sampling", "K1": "K = 1", "no_aux": "η = 0 (no aux loss)", "gigpo": "GiGPO",
+         "beacon": "BEACON", "beacon_readme": "BEACON (README's γ, λ)", "g2_gigpo": "Agent-G² + GiGPO",
          "base": "SFT base (step 0)", "hint_free": "Agent-G², half hint-free", "aux_only": "L_aux alone",
          "g2_300": "Agent-G², 300 steps", "grpo_300": "GRPO, 300 steps"}
 
@@ -79,12 +80,10 @@ def t_quantile(p, df):
     return (lo + hi) / 2
 
 
-def bootstrap_ci(values, draws=10000, seed=0):
-    """95 % percentile interval of the mean of `values` (one per seed), the seeds resampled with
-    replacement."""
-    v = np.asarray(values, float)
-    means = v[np.random.default_rng(seed).integers(0, len(v), (draws, len(v)))].mean(1)
-    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+def seed_interval(values):
+    """The 95 % t interval of the mean of `values` (one per seed) as 'lo–hi'; one seed: '—'."""
+    m, h = t_interval(values)
+    return f"{m - h:.1f}–{m + h:.1f}" if h == h else "—"
 
 
 def t_interval(d):
@@ -133,12 +132,11 @@ def grpo_cost(rows):
 
 
 def brief_table(rows, pct):
-    """One row per method: overall held-out success greedy and sampled (mean ± std over seeds, [the bootstrap
+    """One row per method: overall held-out success greedy and sampled (mean ± std over seeds, [the 95 % t
     interval over seeds]), greedy on the short (Pick, Look) and the long types, cost as ratios to GRPO's."""
     def cell(rs, key, sampled):
         v = [pct(s, key, sampled) for s in rs]
-        lo, hi = bootstrap_ci(v)
-        return f"{mean_std(v)} [{lo:.1f}–{hi:.1f}]"
+        return f"{mean_std(v)} [{seed_interval(v)}]"
     greedy = lambda rs, key: mean_std([pct(s, key, False) for s in rs  # noqa: E731
                                   if key in held_counts(s["final"], False)])
     grpo = grpo_cost(rows)
@@ -162,8 +160,8 @@ def regime_tables(rows, brief=False):
     pct = lambda s, key, sampled: (  # noqa: E731
         100 * (lambda w, n: w / n)(*held_counts(s["final"], sampled)[key]))
     if brief:
-        return "\n".join(["Hint-free success (%) on the held-out games, mean ± std over seeds [95 % "
-                          "bootstrap interval over seeds]", ""] + brief_table(rows, pct))
+        return "\n".join(["Hint-free success (%) on the held-out games, mean ± std over seeds [95 % t "
+                          "interval over seeds]", ""] + brief_table(rows, pct))
     seeds = {n: {s["cfg"]["seed"]: s for s in rs} for n, rs in rows.items()}
     base = base_rows(rows)  # the base, evaluated as the rows are: one step-0 evaluation per seed
     out = []
@@ -171,16 +169,16 @@ def regime_tables(rows, brief=False):
         out.append(f"\n*Table 1 ({'sampled at T = 0.4' if sampled else 'greedy'}): hint-free success (%) on "
                    "the held-out games, mean ± std over seeds*\n")
         out.append("| method | seeds | " + " | ".join(TYPE_LABEL.get(c, c) for c in cols) +
-                   " | all: 95 % over seeds (bootstrap) | all: 95 % over games (Wilson) |")
+                   " | all: 95 % t over seeds | all: 95 % over games (Wilson) |")
         out.append("|---|---|" + "---|" * (len(cols) + 2))
         for name, rs in (({"base": base} if base else {}) | rows).items():
             cells = [mean_std([pct(s, c, sampled) for s in rs if c in held_counts(s["final"], sampled)])
                      for c in cols]
-            lo, hi = bootstrap_ci([pct(s, "all", sampled) for s in rs])
             won, n = (sum(held_counts(s["final"], sampled)["all"][i] for s in rs) for i in (0, 1))
             wl, wh = wilson(won, n)
             out.append(f"| {LABEL.get(name, name)} | {len(rs)} | " + " | ".join(cells) +
-                       f" | {lo:.1f}–{hi:.1f} | {100 * wl:.1f}–{100 * wh:.1f} ({won} / {n}) |")
+                       f" | {seed_interval([pct(s, 'all', sampled) for s in rs])} | "
+                       f"{100 * wl:.1f}–{100 * wh:.1f} ({won} / {n}) |")
     if "grpo" in rows:
         base = grpo_cost(rows)
         out.append("\n*Table 2: cost per training step, as ratios to GRPO's (rollouts include the "

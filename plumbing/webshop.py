@@ -110,17 +110,23 @@ def goal_option_texts(goal_options):
     return [normalize_color(v) for v in goal_options]
 
 
+def attribute_matches(goal, product):
+    """How many goal attributes the product has, as WebShop's goal.py get_attribute_reward counts them: a
+    fuzzy match (> 85) with one of its attributes, else the attribute's text in its title, bullets or
+    description."""
+    title, desc = product["Title"].lower(), product["Description"].lower()
+    bullets = " ".join(product["BulletPoints"]).lower()
+    return sum(any(fuzzy_ratio(pa, a) > 85 for pa in product["Attributes"])
+               or a in title or a in bullets or a in desc for a in goal["attributes"])
+
+
 def webshop_reward(goal, product, options):
     """WebShop's reward (goal.py get_reward): (attribute matches + option matches + price ok) / (#attributes +
     #options + 1), times a type factor. product: {Title, BulletPoints, Description, Attributes, price, query,
     product_category}; options: the option values chosen. -> (reward, info). Fuzzy matches: fuzzy_ratio > 85.
     Options are scored as WebShop scores synthetic goals, by (name, value) pairs (goal_option_texts): a wrong
     size such as '24 pack' for '12 pack' (85.7 by value alone) no longer matches."""
-    title, desc = product["Title"].lower(), product["Description"].lower()
-    bullets = " ".join(product["BulletPoints"]).lower()
-    n_att = sum(any(fuzzy_ratio(pa, a) > 85 for pa in product["Attributes"])  # goal.py get_attribute_reward:
-                # then each text field
-                or a in title or a in bullets or a in desc for a in goal["attributes"])
+    n_att = attribute_matches(goal, product)
     want = goal_option_texts(goal["goal_options"])
     chosen = [normalize_color(v) for v in options]
     n_opt = sum(any(fuzzy_ratio(c, w) > 85 for c in chosen) for w in want)
@@ -261,7 +267,8 @@ def webshop_spec(cfg):
     """What an env worker needs to build the configured WebShop (the pool's spec; envs.env_spec)."""
     return {"env": "webshop", "backend": cfg.webshop_backend, "seed": cfg.webshop_seed,
             "products": cfg.webshop_products, "path": os.environ.get("WEBSHOP_PATH", ""),
-            "max_steps": cfg.max_steps, "split": cfg.webshop_split, "setting": cfg.webshop_setting}
+            "max_steps": cfg.max_steps, "split": cfg.webshop_split, "setting": cfg.webshop_setting,
+            "milestones": cfg.advantage == "beacon"}  # each step's BEACON milestone flag (Milestones)
 
 
 def _official_env_class(path=""):
@@ -356,6 +363,9 @@ class WebShopEnv:
             # the goal only when isinstance(session, int); a NumPy integer silently got a random goal
             obs, _ = self.env.reset(session=gamefile)
             self._show(ep, _strip_instruction(obs), *self._official_actions())
+        if self.spec.get("milestones"):  # BEACON: the milestone detector walks the episode from its start
+            from plumbing.milestones import for_env
+            ep["phases"] = for_env(self, goal, attribute_matches)
         for a in prefix:  # step() validates the action and appends (obs, a) to the history
             ep["prefix_steps"].append((ep["obs"], ep["admissible"], a))
             if not self.step(ep, a):
@@ -379,6 +389,13 @@ class WebShopEnv:
         the page stays, the observation says so, and the step still counts. A search is valid from any page,
         as in WebShop's step (web_agent_text_env.py searches whenever the action is search[non-empty]),
         although the admissible list offers it on the search page only (WebShop's has_search_bar)."""
+        valid = self._step(ep, action)
+        if "phases" in ep:  # BEACON: every step is fed, valid or not, as the reference's wrapper feeds it
+            ep["milestone"] = ep["phases"].step(action if isinstance(action, str) else "", ep["obs"],
+                                                ep.pop("info", None))
+        return valid
+
+    def _step(self, ep, action):
         ep["history"].append((ep["obs"], action if isinstance(action, str) else ""))
         ep["steps"] += 1
         act = parse_webshop_action(action) if isinstance(action, str) else None
@@ -391,8 +408,8 @@ class WebShopEnv:
         if self.spec["backend"] == "lite":
             if arg == "buy now":
                 goal = self.goals[ep["goal_index"]]
-                ep["score"] = webshop_reward(goal, self.site.products[ep["page"]["asin"]],
-                                             list(ep["page"]["options"].values()))[0]
+                ep["score"], ep["info"] = webshop_reward(goal, self.site.products[ep["page"]["asin"]],
+                                                         list(ep["page"]["options"].values()))
                 self._finish(ep)
             else:
                 ep["page"] = self.site.move(ep["page"], kind, arg)
@@ -402,6 +419,7 @@ class WebShopEnv:
             obs, reward, done, _ = self.env.step(f"{kind}[{official_arg}]")
             if done:
                 ep["score"] = float(reward)
+                ep["info"] = self.env.server.user_sessions.get(self.env.session, {}).get("verbose_info")
                 self._finish(ep)
             else:
                 self._show(ep, _strip_instruction(obs), *self._official_actions())

@@ -49,7 +49,7 @@ def test_each_claim_by_hand():
     assert got["Agent-G² − linear decay"][:2] == ("+20.8 [+2.9, +38.8] (3 seeds)", "**shown**")
     assert got["Agent-G² − target-acc"][1] == "runs missing (2 of 3 seeds)"
     assert got["binary search (probe) − Agent-G²"] == (
-        "+8.3 [-9.6, +26.3] (3 seeds)", "**shown**",
+        "+8.3 [-9.6, +26.3] (3 seeds)", "**shown**: no difference found",
         "sampled +8.3 [-9.6, +26.3] (3 seeds); detectable 22.3; rollouts a step 64.0 against 120.0 (0.53×)")
     assert got["Agent-G² − σ = 0 (no sampling)"][:2] == ("+0.0 [—] (3 seeds)", "no spread")
     assert got["Agent-G² − uniform sampling"][:2] == ("-12.5 [—] (3 seeds)", "no spread")

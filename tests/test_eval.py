@@ -486,13 +486,14 @@ def test_t_quantiles_match_the_printed_table():
 def test_intervals_and_detectable_differences_by_hand():
     """t interval of [1, 2, 3]: mean 2, sd 1, half width 4.303 / sqrt 3 = 2.484. Detectable at 80 % power: paired,
     sd 10 over 5 seeds: (2.776 + 0.941) 10 / sqrt 5 = 16.62; two groups of 5, pooled sd 10: (2.306 + 0.889) 10
-    sqrt(2 / 5) = 20.21. Bootstrap: constant seeds give the constant; seeds 0 and 100 give means 0, 50, 100 with
-    probabilities 1/4, 1/2, 1/4, so the 2.5 and 97.5 percentiles are 0 and 100."""
-    from plumbing.tables import bootstrap_ci, detectable, t_interval
+    sqrt(2 / 5) = 20.21. Over seeds: constant seeds give the constant; 40, 50, 60 give 50 -+ 4.303 * 10 / sqrt 3 =
+    24.8 -> 25.2-74.8; one seed has no interval."""
+    from plumbing.tables import detectable, seed_interval, t_interval
     m, h = t_interval([1, 2, 3])
     assert m == 2 and abs(h - 2.484) < 1e-3
     assert abs(detectable(10, 5) - 16.62) < 0.01 and abs(detectable(10, 5, 5) - 20.21) < 0.01
-    assert bootstrap_ci([40, 40, 40]) == (40.0, 40.0) and bootstrap_ci([0, 100]) == (0.0, 100.0)
+    assert seed_interval([40, 40, 40]) == "40.0–40.0" and seed_interval([40, 50, 60]) == "25.2–74.8"
+    assert seed_interval([40]) == "—"
 
 
 def test_regime_tables_have_the_papers_shape(tmp_path):
@@ -502,7 +503,8 @@ def test_regime_tables_have_the_papers_shape(tmp_path):
     values a and b is |a - b| / sqrt 2: 25 / 1.414 = 17.7; seen 75 and 25: 35.4). grpo seed 0 wins
     1 / 8 = 12.5 %, seed 1 0 / 8. Paired differences grpo - g2: -37.5 and -25.0 -> -31.2; their sd 8.84 over 2
     seeds: half width 12.706 * 8.84 / sqrt 2 = 79.4. Cost: g2 2 s and 96 rollouts a step, grpo 1 s and 64: 2.00,
-    1.50; wall 150 steps x 2 s + 60 s = 6 min. Wilson of g2's pooled 6 / 16: 18.5-61.4 %."""
+    1.50; wall 150 steps x 2 s + 60 s = 6 min. Wilson of g2's pooled 6 / 16: 18.5-61.4 %. t over g2's two seeds 50,
+    25: 37.5 -+ 12.706 * 17.68 / sqrt 2 = 158.8 -> -121.3-196.3; one seed (the base): none."""
     from plumbing.report import table
 
     def run(method, seed, seen, unseen, s_step, rollouts):  # seen / unseen: {type: (won, n)}
@@ -526,7 +528,7 @@ def test_regime_tables_have_the_papers_shape(tmp_path):
                 run("grpo", 0, {P: (1, 2), L: (0, 2)}, {P: (0, 2), L: (0, 2)}, 1.0, 64.0),
                 run("grpo", 1, {P: (0, 2), L: (0, 2)}, {P: (0, 2), L: (0, 2)}, 1.0, 64.0)])
     assert "| method | seeds | Pick | Look | seen | unseen | all |" in md and md.count("*Table 1 (") == 2
-    assert "| Agent-G² | 2 | 62.5 ± 17.7 | 12.5 ± 17.7 | 50.0 ± 35.4 | 25.0 ± 0.0 | 37.5 ± 17.7 | 25.0–50.0 | " \
+    assert "| Agent-G² | 2 | 62.5 ± 17.7 | 12.5 ± 17.7 | 50.0 ± 35.4 | 25.0 ± 0.0 | 37.5 ± 17.7 | -121.3–196.3 | " \
            "18.5–61.4 (6 / 16) |" in md
     # wall: g2 (150 * 2 + 60) / 60 = 6.0 min, grpo (150 * 1 + 60) / 60 = 3.5 min, on each seed
     assert "| Agent-G² | 2 | 2.0 ± 0.0 | 2.00 | 96.0 ± 0.0 | 1.50 | 6.0 ± 0.0 | s0 6.0, s1 6.0 |" in md
@@ -534,11 +536,11 @@ def test_regime_tables_have_the_papers_shape(tmp_path):
     assert "Wall time: 4 runs, 0.3 h in all." in md  # (2 * 360 + 2 * 210) / 3600 = 0.32
     assert "| GRPO | 2 | -31.2 [-110.7, +48.2] |" in md
     brief = table([os.path.join(str(tmp_path), m, f"s{k}") for m in ("g2", "grpo") for k in (0, 1)], brief=True)
-    assert "| Agent-G² | 2 | 37.5 ± 17.7 [25.0–50.0] | 37.5 ± 17.7 [25.0–50.0] | 37.5 ± 17.7 |  | 2.00 | 1.50 |" in brief
+    assert "| Agent-G² | 2 | 37.5 ± 17.7 [-121.3–196.3] | 37.5 ± 17.7 [-121.3–196.3] | 37.5 ± 17.7 |  | 2.00 | 1.50 |" in brief
     assert "*Table 1" not in brief  # Pick and Look are the short types: no long type, an empty cell
     # the base row: each seed's evaluation at step 0, here seed 1's alone (grpo/s1's counts, 0 of 8: Wilson 0-32.4 %)
-    assert "| SFT base (step 0) | 1 | 0.0 | 0.0 | 0.0 | 0.0 | 0.0 | 0.0–0.0 | 0.0–32.4 (0 / 8) |" in md
-    assert "| SFT base (step 0) | 1 | 0.0 [0.0–0.0] | 0.0 [0.0–0.0] | 0.0 |  | | |" in brief
+    assert "| SFT base (step 0) | 1 | 0.0 | 0.0 | 0.0 | 0.0 | 0.0 | — | 0.0–32.4 (0 / 8) |" in md
+    assert "| SFT base (step 0) | 1 | 0.0 [—] | 0.0 [—] | 0.0 |  | | |" in brief
     assert "Agent-G² − GRPO, 2 and 2 seeds (unpaired): greedy +31.2 points" in md
     # one seed a side: the difference alone, no interval (-37.5: grpo/s0 12.5 % - g2/s0 50 %)
     one = table([os.path.join(str(tmp_path), m, "s0") for m in ("g2", "grpo")])

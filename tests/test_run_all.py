@@ -12,7 +12,7 @@ import tempfile
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GROUPS = ["main", "ablations", "clusters", "sft", "released", "webshop"]  # run_all.sh's --only values
+GROUPS = ["main", "ablations", "clusters", "sft", "released", "reference", "webshop"]  # run_all.sh's --only values
 
 
 @functools.lru_cache(None)
@@ -53,8 +53,10 @@ def test_dry_run_lists_the_whole_paper_grid():
     assert count == len(lines) == 5 * len(names)  # the header's count is the lines printed, 5 seeds per entry
     assert all(seeds[n] == [0, 1, 2, 3, 4] for n in names)
     released = [x for x in lines if "/released/" in x or "/ws_released/" in x]  # the authors' launchers' presets
-    assert all("--preset paper" in x for x in lines if x not in released) and len(released) == 10
+    own = [x for x in lines if re.search(r"/(gigpo|beacon)_ref/", x)]  # GiGPO's and BEACON's own protocols
+    assert all("--preset paper" in x for x in lines if x not in released + own) and len(released) == 10
     assert all("--preset released" in x and "--preset paper" not in x for x in released)
+    assert len(own) == 10 and all(re.search(r"--preset (gigpo|beacon)_ref", x) for x in own)
     # the hints the paper used: the authors' expert data, ALFWorld's and WebShop's own
     assert all("--expert_data data/sft_data/" + ("webshop" if "/ws_" in x else "alfworld") + "_sft_data.json" in x
                for x in lines)
@@ -97,13 +99,15 @@ def test_pick2_regime_dry_run_gives_each_method_its_seeds():
 
 
 def test_mix6_regime_dry_run_gives_each_method_its_seeds():
-    """--cpu --only mix6: Agent-G² and GRPO with 5 seeds; the scalar schedules, the probe and the four ablations
-    (sigma = 0, uniform, K = 1, eta = 0) with 3, under the cpu_mix6 preset, seed by seed, config.METHODS' flags."""
+    """--cpu --only mix6: Agent-G² and GRPO with 5 seeds; the scalar schedules, the probe, the four ablations
+    (sigma = 0, uniform, K = 1, eta = 0) and Table 1's hint-free rows (GiGPO, BEACON, Agent-G² + GiGPO) with 3,
+    under the cpu_mix6 preset, seed by seed, config.METHODS' flags."""
     from config import METHODS
     names, seeds, lines, count = grid("--cpu", "--only", "mix6")
     assert seeds == {"g2": [0, 1, 2, 3, 4], "grpo": [0, 1, 2, 3, 4], **{n: [0, 1, 2] for n in (
-        "fixed", "linear", "target_acc", "binary", "no_sampling", "uniform", "K1", "no_aux")}}
-    assert count == len(lines) == 34 and all(x.startswith("python train.py --preset cpu_mix6 --seed ") for x in lines)
+        "fixed", "linear", "target_acc", "binary", "no_sampling", "uniform", "K1", "no_aux", "gigpo", "beacon",
+        "g2_gigpo")}}
+    assert count == len(lines) == 43 and all(x.startswith("python train.py --preset cpu_mix6 --seed ") for x in lines)
     assert all(x.endswith(f"/s{x.split('--seed ')[1].split()[0]}" + (f" {METHODS[n][1]}" if n != "g2" else ""))
                for n in names for x in lines if f"/{n}/" in x)
     assert [int(x.split("--seed ")[1].split()[0]) for x in lines] == sorted(

@@ -51,6 +51,11 @@ def test_each_verdict_by_hand():
     why["hint_free"] = runs({k: (1, 1) for k in range(3)})
     got = {name[:3]: v for name, _, _, v in verdicts(pre, post, why)}
     assert got["(a)"] == "refuted" and got["(b)"] == "refuted"
+    # hint_free about Agent-G²'s 1 / 4 on seen rooms: 0, 1, 2 of 4 -> -25, 0, +25, mean 0 (refuted by the rule),
+    # sd 25, half 4.303 * 25 / sqrt 3 = 62.1: the interval [-62.1, +62.1] holds the predicted G / 2 = (75 - 25) / 2
+    why["hint_free"] = runs({0: (0, 1), 1: (1, 1), 2: (2, 1)})
+    got = {name[:3]: v for name, _, _, v in verdicts(pre, post, why)}
+    assert got["(b)"] == "refuted by the rule's mean, though its interval holds the predicted +25.0"
     assert verdicts(pre, {}, {})[0][3] == "runs missing"
 
 

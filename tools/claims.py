@@ -7,14 +7,16 @@ The rule. The measure is hint-free greedy success at a run's last step on the he
 (T = 0.4) is quoted beside it and decides nothing. A comparison is the paired difference over the seeds both
 rows have, with its 95 % t interval: *shown* when the interval lies wholly on the side the paper claims,
 *reversed* when it lies wholly on the other side, *not shown* when it covers 0. The probe claim is a match:
-binary search − Agent-G² is *shown* unless its interval lies wholly above 0 (*reversed*), with the smallest
-difference its seeds detect at 80 % power and each row's rollouts a step (mean over its seeds) beside it. The
-band (the diagnostic of one checkpoint, eval.py diagnose) is *shown* when its σ is within 0.05 of 0.22 and
-its R² is at least 0.85.
+binary search − Agent-G² is *shown* unless its interval lies wholly above 0 (*reversed*): printed "shown:
+no difference found", since it is a failure to find a difference on its seeds, not evidence of none; with the
+smallest difference its seeds detect at 80 % power and each row's rollouts a step (mean over its seeds)
+beside it. The band (the diagnostic of one checkpoint, eval.py diagnose) is *shown* when its σ is within 0.05
+of 0.22 and its R² is at least 0.85.
 
 Two cases the rule leaves open, read here as Table 3 prints them (plumbing/tables.py): a comparison with fewer
 seeds than the grid runs (5 for GRPO, 3 for the rest) reads "runs missing"; one with the same difference on
-every seed has no spread to size an interval with ("[—]") and reads "no spread"."""
+every seed has no spread to size an interval with ("[—]") and reads "no spread". Table 1's hint-free rows
+(BASELINES, docs/results.md §11) are read by the same rule, each against the row it claims to beat."""
 import argparse
 import json
 
@@ -28,6 +30,9 @@ CLAIMS = [("hints beat plain GRPO", ["grpo"]),
           ("Agent-G² beats the scalar schedules", ["fixed", "linear", "target_acc"]),
           ("Agent-G² matches the probe at a fraction of its rollouts", ["binary"]),
           ("each ablation costs points", ["no_sampling", "uniform", "K1", "no_aux"])]
+# Table 1's hint-free rows (docs/results.md §11, written before their runs): (claim, row, the row it beats)
+BASELINES = [("GiGPO beats GRPO", "gigpo", "grpo"), ("BEACON beats GRPO", "beacon", "grpo"),
+             ("GiGPO's advantage adds to Agent-G²", "g2_gigpo", "g2")]
 
 
 def compare(a, b, seeds, sampled=False):
@@ -63,7 +68,7 @@ def claims(runs, diag=None):
             elif flat(d):
                 reading = "no spread"
             elif probe:
-                reading = "**reversed**" if lo > 0 else "**shown**"
+                reading = "**reversed**" if lo > 0 else "**shown**: no difference found"  # not a proof of one
             else:
                 reading = "**shown**" if lo > 0 else "**reversed**" if hi < 0 else "**not shown**"
             beside = f"sampled {interval(*s)}"
@@ -75,6 +80,14 @@ def claims(runs, diag=None):
             pair = f"{LABEL[name]} − Agent-G²" if probe else f"Agent-G² − {LABEL[name]}"
             out.append(f"| {claim if i == 0 else ''} | {pair} | {interval(m, lo, hi, d)} | {reading} | "
                        f"{beside} |")
+    for claim, name, base in BASELINES:
+        a, b = runs.get(name, {}), runs.get(base, {})
+        m, lo, hi, d = compare(a, b, SEEDS_3)
+        reading = (f"runs missing ({len(d)} of {len(SEEDS_3)} seeds)" if len(d) < len(SEEDS_3) else
+                   "no spread" if flat(d) else
+                   "**shown**" if lo > 0 else "**reversed**" if hi < 0 else "**not shown**")
+        out.append(f"| {claim} | {LABEL[name]} − {LABEL[base]} | {interval(m, lo, hi, d)} | {reading} | "
+                   f"sampled {interval(*compare(a, b, SEEDS_3, sampled=True))} |")
     if diag is None:
         out.append("| the band: σ ≈ 0.22, R² ≈ 0.9 | the diagnostic | no diagnostic given | | |")
     else:

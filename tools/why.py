@@ -91,6 +91,8 @@ def verdicts(pre, post, why):
     v = ("runs missing" if len(s) < 3 or len(G[3]) < 3 else
          "undecided (no gap on seen rooms)" if G[0] <= 0 else
          "supported" if lo > 0 and mean_hf >= mean_g2 + G[0] / 2 else "refuted" if m <= 0 else "undecided")
+    if v == "refuted" and hi >= G[0] / 2:  # the rule reads the mean; the interval says how little it tells
+        v = f"refuted by the rule's mean, though its interval holds the predicted +{G[0] / 2:.1f}"
     out.append(("(b) the search phase is never practised",
                 f"seen rooms: GRPO − Agent-G² G = {G[0]:+.1f}; hint_free − Agent-G² {fmt(m, lo, hi, s)}; "
                 f"hint_free {mean_hf:.1f} %, Agent-G² {mean_g2:.1f} %", "", v))
