@@ -552,9 +552,16 @@ def _bool(s):
     raise argparse.ArgumentTypeError(f"expected a boolean, got {s!r}")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with its errors (an unknown flag, a bad type or choice) in one line: no usage dump."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (--help lists every flag)\n")
+
+
 def parser(description=""):
-    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                allow_abbrev=False)
+    p = OneLineParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
+                      allow_abbrev=False)
     p.add_argument("--preset", default="cpu", help="preset file under config/ (cpu | paper | released | ...)")
     for f in dataclasses.fields(Config):
         kind = {bool: _bool, int: int, float: float, str: str}[type(f.default)]

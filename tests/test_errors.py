@@ -169,3 +169,28 @@ def test_resume_auto_skips_a_truncated_checkpoint_in_one_line(tmp_path):
     p = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode != 0 and p.stderr.strip().splitlines()[-1].startswith("error: --resume auto: ")
     assert "no readable checkpoint" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--advantage", "gipgo"], ["unknown advantage estimator 'gipgo'", "gigpo", "module:Class"]),
+    (["--advantage", "gigpo", "--step_gamma", "1.5"], ["--step_gamma 1.5", "(0, 1]"]),
+    (["--advantage", "gigpo", "--adv_mode", "mean"], ["--adv_mode: invalid choice: 'mean'", "mean_std_norm"]),
+    (["--dtype", "float16"], ["--dtype: invalid choice: 'float16'", "bfloat16"]),  # argparse's: one line too
+    (["--advantage", "gigpo", "--similarity_thresh", "1"], ["--similarity_thresh 1", "[0, 1)"]),
+    (["--advantage", "beacon", "--scheduler", "none", "--milestones", "/no/such/alfworld.json"],
+     ["--milestones /no/such/alfworld.json: no such file"]),
+    (["--advantage", "beacon"], ["--advantage beacon plays hint-free", "--scheduler g2"]),
+    (["--milestones", "x.json"], ["--milestones is read by --advantage beacon"]),
+])
+def test_an_advantage_estimators_bad_flags_fail_in_one_line(args, words):
+    one_line(*run("train.py", *args), *words)
+
+
+@pytest.mark.parametrize("content, words", [
+    ('{"trajectories": [', ["not valid JSON at line 1, column 19"]),
+    ('{"trajectories": [{"id": "other_trial_T1", "actions": ["look"]}]}', ["names a training task"])])
+def test_a_bad_milestone_file_fails_before_any_model_loads(tmp_path, content, words):
+    f = tmp_path / "alfworld.json"
+    f.write_text(content)
+    one_line(*run("train.py", "--advantage", "beacon", "--scheduler", "none", "--milestones", str(f),
+                  "--out_dir", str(tmp_path / "o"), "--engine", "hf"), f"--milestones {f}", *words)
