@@ -317,3 +317,31 @@ def test_the_readme_estimator_runs_as_one_file(tmp_path, monkeypatch):
     rows = [{"eid": e} for e in "abcde"]
     assert est(rows, eps) == (1, 2)
     assert [r["adv"] for r in rows] == [1.0, -0.5, -0.5, 0.0, 0.0] and est.stats() == {}
+
+
+def test_the_official_backend_flags_the_same_milestones(monkeypatch):
+    """The official wrapper's detector (the server's product_item_dict / product_prices, WebShop's
+    get_attribute_reward) against the fake web_agent_site (tests/fake_webshop): the scripted expert's winning
+    episode reaches every milestone, as on lite."""
+    import os
+    import sys
+    from plumbing import webshop
+    from plumbing.webshop import WebShopEnv, scripted_expert
+    fake = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_webshop")
+    monkeypatch.syspath_prepend(fake)
+    webshop._OFFICIAL_SERVER.clear()
+    try:
+        env = WebShopEnv({"env": "webshop", "backend": "official", "seed": 0, "products": 0, "path": fake,
+                          "max_steps": 15, "setting": "authors", "milestones": True})
+        walk, score = scripted_expert(env, 1500)
+        assert score == 1.0
+        ep, flags = env.reset(1500), []
+        for a in walk:
+            env.step(ep, a)
+            flags.append(ep["milestone"])
+        want = 4 if env.goals[1500]["goal_options"] else 3
+        assert sum(flags) == want and flags[-1] and ep["phases"].phase == "complete", (walk, flags)
+    finally:
+        webshop._OFFICIAL_SERVER.clear()
+        for m in [m for m in sys.modules if m.startswith("web_agent_site")]:
+            del sys.modules[m]
