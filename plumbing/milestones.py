@@ -12,13 +12,15 @@ class Milestones:
     """BEACON's four WebShop milestones, walked in order, one at most per step: (1) search: a search whose
     first results page lists a product that can meet the goal; (2) detail: a click on such a product; (3)
     options: every goal option value clicked (skipped for a goal without options); (4) purchase: buy now with
-    that product and every goal option selected (or WebShop's verbose r_att, r_price, r_option all 1). "Can
-    meet": every goal attribute matched (attribute_matches), every goal option value among its options, price
-    <= price_upper. Every step is fed, valid or not, as the reference's env wrapper feeds its detector
-    [ZJU-REAL/BEACON migpo/webshop_milestone_detector.py (MilestoneDetector.process and the _process_*_phase
-    handlers), agent_system/environments/env_package/webshop/envs.py (step, reset)]. step(action, next page)
-    -> whether this step reached the next milestone (the row's `milestone` flag: variants/advantages.py
-    BEACON)."""
+    that product and every goal option selected. "Can meet": every goal attribute matched (attribute_count),
+    every goal option value among its options, price <= price_upper. Every step is fed, valid or not, as the
+    reference's env wrapper feeds its detector [ZJU-REAL/BEACON migpo/webshop_milestone_detector.py
+    (MilestoneDetector.process and the _process_*_phase handlers),
+    agent_system/environments/env_package/webshop/envs.py (step, reset)]. step(action, next page) -> whether
+    this step reached the next milestone (the row's `milestone` flag: variants/advantages.py BEACON). The
+    reference's purchase check also accepts WebShop's verbose reward (r_att, r_price, r_option all 1), read
+    from the session after the episode ends; WebShop's step has reset to a new session by then, so it reads
+    None and that branch never runs: it is left out here."""
     ASIN = re.compile(r"\b([A-Z0-9]{10})\b")
     PHASES = ("search", "detail", "options", "purchase", "complete")
 
@@ -36,15 +38,13 @@ class Milestones:
     def norm(text):
         return re.sub(r"\s+", " ", text.strip().lower())
 
-    def step(self, action, next_obs, info=None):
-        """-> whether this step reached the next milestone. info: at a purchase, WebShop's verbose reward
-        (ratios r_att, r_price, r_option) or lite's reward info (counts, turned into those ratios)."""
-        verbose = lite_verbose(info) if info and "w_att" in info else info
+    def step(self, action, next_obs):
+        """-> whether this step reached the next milestone."""
         if self.phase == "complete":
             return False
-        # WebShop's engine.py parse_action, as the reference's detector reads an action: 'name[arg]' greedy
+        # WebShop's engine.py parse_action, as the reference's detector reads an action: 'name[arg]', greedy
         m = re.match(r"(.+)\[(.+)\]", action)
-        kind, arg = (m.group(1).strip().lower(), m.group(2).strip().lower()) if m else (action.lower(), "")
+        kind, arg = (m.group(1).lower(), m.group(2)) if m else (action.lower(), "")
         done = False
         if self.phase == "search":
             done = kind == "search" and "Page 1 (Total results" in next_obs and any(
@@ -67,9 +67,7 @@ class Milestones:
                 done = self.want <= self.chosen
         else:  # purchase
             if action.lower() == "click[buy now]" and self.asin:
-                done = self.satisfied(self.asin) or bool(verbose) and (
-                    verbose.get("r_att", 0) == 1 and verbose.get("r_price", 0) == 1
-                    and verbose.get("r_option", 0 if self.want else 1) == 1)
+                done = self.satisfied(self.asin)
         if done:
             self.phase = self.PHASES[self.PHASES.index(self.phase) + 1]
         return done
@@ -89,13 +87,6 @@ class Milestones:
     def price_ok(self, asin):
         cap = self.goal.get("price_upper", 0)
         return cap <= 0 or self.prices.get(asin, float("inf")) <= cap
-
-
-def lite_verbose(info):
-    """webshop-lite's reward info (plumbing/webshop.webshop_reward: counts) as WebShop's verbose ratios, with
-    r_option only where the goal has options (as WebShop's get_reward leaves it out)."""
-    return {"r_att": info["r_att"] / max(info["w_att"], 1), "r_price": info["r_price"],
-            **({"r_option": info["r_option"] / info["w_option"]} if info["w_option"] else {})}
 
 
 def for_env(env, goal, attribute_matches):

@@ -36,6 +36,7 @@ WEBSHOP_SPLITS = {"test": (0, 500), "eval": (500, 1500), "train": (1500, None)} 
 # --webshop_setting authors: env.webshop.use_small
 AUTHORS_PRODUCTS = os.path.join("data", "items_shuffle_1000.json")
 SEARCH_ACTION = "search[<query>]"  # the admissible form of a search; the query is free text
+INVALID_PREFIX = "Invalid action. "  # shown before the unchanged page after an invalid step (WebShop: none)
 RESULTS_PER_PAGE, SEARCH_K = 10, 50
 # alphabetical, as WebShop's scan
 COLORS = sorted(["black", "white", "navy", "blue", "red", "grey", "gray", "green", "olive", "pink", "silver",
@@ -391,8 +392,7 @@ class WebShopEnv:
         although the admissible list offers it on the search page only (WebShop's has_search_bar)."""
         valid = self._step(ep, action)
         if "phases" in ep:  # BEACON: every step is fed, valid or not, as the reference's wrapper feeds it
-            ep["milestone"] = ep["phases"].step(action if isinstance(action, str) else "", ep["obs"],
-                                                ep.pop("info", None))
+            ep["milestone"] = ep["phases"].step(action if isinstance(action, str) else "", ep["obs"])
         return valid
 
     def _step(self, ep, action):
@@ -402,14 +402,14 @@ class WebShopEnv:
         ok = act is not None and not ep["done"] and ep["steps"] <= self.spec["max_steps"] and (
             act[0] == "search" or (act[0] == "click" and act[1] in ep["clickables"]))
         if not ok:
-            ep["obs"] = "Invalid action. " + ep["page_obs"]
+            ep["obs"] = INVALID_PREFIX + ep["page_obs"]
             return False
         kind, arg = act
         if self.spec["backend"] == "lite":
             if arg == "buy now":
                 goal = self.goals[ep["goal_index"]]
-                ep["score"], ep["info"] = webshop_reward(goal, self.site.products[ep["page"]["asin"]],
-                                                         list(ep["page"]["options"].values()))
+                ep["score"] = webshop_reward(goal, self.site.products[ep["page"]["asin"]],
+                                             list(ep["page"]["options"].values()))[0]
                 self._finish(ep)
             else:
                 ep["page"] = self.site.move(ep["page"], kind, arg)
@@ -419,7 +419,6 @@ class WebShopEnv:
             obs, reward, done, _ = self.env.step(f"{kind}[{official_arg}]")
             if done:
                 ep["score"] = float(reward)
-                ep["info"] = self.env.server.user_sessions.get(self.env.session, {}).get("verbose_info")
                 self._finish(ep)
             else:
                 self._show(ep, _strip_instruction(obs), *self._official_actions())

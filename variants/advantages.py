@@ -21,6 +21,8 @@ import difflib
 
 import torch
 
+from plumbing.webshop import INVALID_PREFIX
+
 MODES = ("mean_norm", "mean_std_norm")
 
 
@@ -76,6 +78,12 @@ def discounted_returns(rows, won, scale, penalty, gamma):
     return out
 
 
+def anchor(obs):
+    """The anchor state of an observation: as the env shows it, less the WebShop wrapper's "Invalid action. "
+    before an unchanged page (WebShop itself shows just the page: its anchor in the reference)."""
+    return obs[len(INVALID_PREFIX):] if obs.startswith(INVALID_PREFIX) else obs
+
+
 def anchor_groups(rows, thresh=0.0):
     """Each row's step group within its task group: rows whose anchors (raw observations) are equal
     (core_gigpo.py build_step_group l.278-296; steps of one trajectory may share a group, e.g. a place
@@ -85,13 +93,13 @@ def anchor_groups(rows, thresh=0.0):
     keys, clusters = [], {}
     for r in rows:
         if thresh <= 0:
-            keys.append((r["gid"], r["obs"]))
+            keys.append((r["gid"], anchor(r["obs"])))
             continue
         reps = clusters.setdefault(r["gid"], [])
         k = next((j for j, rep in enumerate(reps)
-                  if difflib.SequenceMatcher(None, r["obs"], rep).ratio() >= thresh), None)
+                  if difflib.SequenceMatcher(None, anchor(r["obs"]), rep).ratio() >= thresh), None)
         if k is None:
-            reps.append(r["obs"])
+            reps.append(anchor(r["obs"]))
             k = len(reps) - 1
         keys.append((r["gid"], k))
     return keys

@@ -89,11 +89,7 @@ class WebAgentTextEnv:
         elif name == "click" and arg in av["clickables"] and arg != "search":
             if arg == "buy now":
                 product = self.server.site.products[st["asin"]]
-                self.last_reward, info = g2.webshop_reward(self._s["goal"], product, list(st["options"].values()))
-                # SimServer.receive keeps get_reward(verbose=True)'s ratios in the session
-                self._s["verbose_info"] = {"r_att": info["r_att"] / max(info["w_att"], 1), "r_price": info["r_price"],
-                                           **({"r_option": info["r_option"] / info["w_option"]} if info["w_option"]
-                                              else {})}
+                self.last_reward = g2.webshop_reward(self._s["goal"], product, list(st["options"].values()))[0]
                 return "Thank you for shopping with us!", self.last_reward, True, None
             self._s["state"] = self.server.site.move(st, "click", arg)
         return self.observation, 0.0, False, None
