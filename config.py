@@ -425,11 +425,18 @@ def model_error(model, e):
 
 
 def check_data(cfg):
-    """Official ALFWorld games need $ALFWORLD_DATA: say so in one line before any heavy work."""
+    """Official ALFWorld games need $ALFWORLD_DATA, and an expert file must parse: say so in one line before
+    any heavy work (the file's name, and for bad JSON its line and column)."""
     if cfg.env == "alfworld" and cfg.games == "official":
         try:
             official_root()
         except FileNotFoundError as e:
+            fail(str(e))
+    if cfg.expert_data:
+        from plumbing.expert_data import read_expert_file
+        try:
+            read_expert_file(cfg.expert_data)
+        except (ValueError, FileNotFoundError) as e:
             fail(str(e))
 
 
@@ -441,6 +448,11 @@ def check_out_dir(cfg, clear=True):
         up = os.path.dirname(up)
     if not os.path.isdir(up):
         fail(f"--out_dir {d}: {up} is a file, not a folder; pick another --out_dir")
+    if clear:  # a folder that cannot be made fails now, not after the model and engine have loaded
+        try:
+            os.makedirs(d, exist_ok=True)
+        except OSError as e:
+            fail(f"--out_dir {d}: cannot create it ({e.strerror}); pick a folder you can write")
     if cfg.resume or not os.path.isdir(d):
         return
     old = [x for x in sorted(os.listdir(d)) if x in ("log.jsonl", "summary.json") or x.startswith("ckpt_")]

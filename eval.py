@@ -202,6 +202,11 @@ def main():
     cmd = sys.argv[1] if len(sys.argv) > 1 else ""
     if cmd in ("dynamics", "table"):
         args = sys.argv[2:]
+        if {"-h", "--help"} & set(args):  # their usage, as panel's and diagnose's --help print theirs
+            return print("usage: python eval.py table RUN_OR_FOLDER... [--brief]  (a Markdown table of the "
+                         "runs' final success)" if cmd == "table" else
+                         "usage: python eval.py dynamics RUN... [--out FILE.png]  (the runs' training "
+                         "dynamics figure)")
         if cmd == "table":  # a directory without a run in it stands for every run below it
             is_run = lambda a: any(os.path.exists(os.path.join(a, f))  # noqa
                                    for f in ("config.json", "summary.json"))

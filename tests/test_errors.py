@@ -194,3 +194,15 @@ def test_a_bad_milestone_file_fails_before_any_model_loads(tmp_path, content, wo
     f.write_text(content)
     one_line(*run("train.py", "--advantage", "beacon", "--scheduler", "none", "--milestones", str(f),
                   "--out_dir", str(tmp_path / "o"), "--engine", "hf"), f"--milestones {f}", *words)
+
+
+def test_former_tracebacks_are_one_line(tmp_path):
+    """An expert file that is not JSON names the file, line and column; an --out_dir that cannot be made fails
+    before any model loads; `eval.py table --help` prints its usage."""
+    bad = tmp_path / "expert.json"
+    bad.write_text('{"trajectories": [{"id": 1,\n')
+    one_line(*run("train.py", "--expert_data", str(bad)), f"--expert_data {bad}: not valid JSON at line 2, column 1")
+    one_line(*run("train.py", "--out_dir", "/proc/no/such/run"), "--out_dir /proc/no/such/run: cannot create it")
+    for sub in ("table", "dynamics"):
+        p = subprocess.run([sys.executable, "eval.py", sub, "--help"], cwd=ROOT, capture_output=True, text=True)
+        assert p.returncode == 0 and p.stdout.startswith(f"usage: python eval.py {sub} "), p.stdout + p.stderr
