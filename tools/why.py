@@ -120,17 +120,18 @@ def verdicts(pre, post, why):
 
 
 def runs_table(post, why, kept="cc749d5"):
-    """Markdown lines: each of §9's runs (post's not at the kept rows' commit, and why's), oldest start first:
-    folder, commit, start (UTC), wall minutes; then the total wall time. A summary's date has minute
-    precision, so a run started within the minute after the start shown. A resumed run (its config's
+    """Markdown lines: each of §9's runs (post's hinted rows not at the kept rows' commit, and why's), oldest
+    start first: folder, commit, start (UTC), wall minutes; then the total wall time. A summary's date has
+    minute precision, so a run started within the minute after the start shown. A resumed run (its config's
     --resume set) is marked: its wall time counts each process up to its last checkpoint, so it began before
     the start shown."""
     import datetime
     rows = []
     for folder, runs in (("mix6", post), ("why", why)):
         for method, by_seed in sorted(runs.items()):
-            for seed, s in sorted(by_seed.items()):
-                if s.get("git_commit") == kept or "date" not in s:
+            for seed, s in sorted(by_seed.items()):  # mix6's: §9's reruns of the hinted rows only
+                hinted = folder == "why" or method in HINTED
+                if s.get("git_commit") == kept or "date" not in s or not hinted:
                     continue
                 end = datetime.datetime.strptime(s["date"], "%Y-%m-%d %H:%M UTC")
                 start = end - datetime.timedelta(seconds=s["wall_s"])
