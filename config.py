@@ -157,7 +157,7 @@ class Config:
                                "keeping the task and the current observation", "[1, inf)")
     max_new_tokens: int = F(256, "reply budget per step; a reply that hits it is invalid", "[1, inf)")
     reward_scale: float = F(1.0, "reward = reward_scale * won - invalid_penalty * invalid steps "
-                            "(released code: 10)", "(0, inf)")
+                            "(released code: 10; tests flip its sign or zero it)", "(-inf, inf)")
     invalid_penalty: float = F(0.0, "reward penalty per invalid step (released code: 0.1)", "[0, inf)")
     constrained: bool = F(False, "constrain decoding to the admissible commands (CPU demo lever)")
     parse_lower: bool = F(False, "lower-case a reply before reading its action (the authors' projection)")
