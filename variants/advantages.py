@@ -17,6 +17,7 @@ and milestone (a WebShop milestone reached by this step); episodes carry eid, wo
 length) and task_id. A new estimator is one file with such a class: --advantage file:Class (README "Hack
 it").
 """
+import collections
 import difflib
 
 import torch
@@ -62,6 +63,13 @@ def row_scores(rows, won, scale, penalty):
     """The episode part's row score: scale * won minus penalty on an invalid row only (verl-agent's 10 * won
     on the last token, apply_invalid_action_penalty: ray_trainer.py l.201-221). -> [N]"""
     return [scale * won[r["eid"]] - penalty * (not r["valid"]) for r in rows]
+
+
+def episode_part(rows, won, scale, penalty, mode):
+    """A^E, GiGPO's and BEACON's alike: the row scores normalised over every row of the task group
+    (cross-step: episode_norm_reward's compute_mean_std_cross_steps=True, core_gigpo.py l.180, l.217-222; a
+    group of one row keeps its score). -> [N]"""
+    return group_norm(row_scores(rows, won, scale, penalty), [r["gid"] for r in rows], mode, "value")
 
 
 def discounted_returns(rows, won, scale, penalty, gamma):
@@ -131,15 +139,14 @@ class GiGPO:
 
     def __call__(self, rows, episodes):
         won = {e["eid"]: float(e["won"]) for e in episodes}
-        a_e = group_norm(row_scores(rows, won, self.scale, self.penalty), [r["gid"] for r in rows], self.mode,
-                         "value")  # [N]
+        a_e = episode_part(rows, won, self.scale, self.penalty, self.mode)  # [N]
         keys = anchor_groups(rows, self.thresh)
         a_s = group_norm(discounted_returns(rows, won, self.scale, self.penalty, self.gamma), keys, self.mode,
                          "zero")  # [N]
         adv = (a_e + self.omega * a_s).tolist()
         for r, a in zip(rows, adv):
             r["adv"] = a
-        sizes = [keys.count(k) for k in set(keys)]
+        sizes = list(collections.Counter(keys).values())
         self.last = {"adv_step_groups": len(sizes),
                      "adv_step_group_size": sum(sizes) / len(sizes) if sizes else 0.0,
                      "adv_step_singletons": sum(s == 1 for s in sizes)}
@@ -254,8 +261,7 @@ class BEACON:
     def __call__(self, rows, episodes):
         won = {e["eid"]: float(e["won"]) for e in episodes}
         task = {e["eid"]: e["task_id"] for e in episodes}
-        a_e = group_norm(row_scores(rows, won, self.scale, self.penalty), [r["gid"] for r in rows], self.mode,
-                         "value")  # [N]
+        a_e = episode_part(rows, won, self.scale, self.penalty, self.mode)  # [N]
         reward, seg, shaped, reached = [0.0] * len(rows), [None] * len(rows), [False] * len(rows), 0
         for eid, idx in by_episode(rows).items():
             if self.flags:
