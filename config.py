@@ -211,7 +211,8 @@ class Config:
     # ---- optimisation (docs/method.md §2, Table 5) ----
     mode: str = F("grpo", "grpo (L_GRPO + eta L_aux) | aux_only (no L_GRPO) | sft_full | sft_prefix")
     steps: int = F(200, "training steps T", "[1, inf)")
-    batch_tasks: int = F(16, "|B|: tasks per step (global, split across ranks)", "[1, inf)")
+    batch_tasks: int = F(16, "|B|: tasks per step (global, split across ranks), drawn without repeats from a "
+                         "pass over the training set: at most its size", "[1, inf)")
     group_size: int = F(8, "R: rollouts per task", "[1, inf)")
     lr: float = F(1e-5, "peak learning rate (cosine schedule)", "(0, 1]")
     warmup_frac: float = F(0.1, "share of steps used for linear warm-up", "[0, 1]")
@@ -260,6 +261,9 @@ class Config:
     loss_terms: str = F("", "extra loss terms, comma-separated: variants/losses.py names or module:Class "
                         "(a grpo.Term of your own; README Hack it)")
     max_bad_steps: int = F(3, "stop after this many non-finite losses in a row", "[1, inf)")
+    max_update: float = F(1.0, "stop when one step's update ||dtheta||/||theta|| exceeds this: divergence, "
+                          "not learning (a fine-tuning step moves the weights by ~1e-3 of their norm; "
+                          "docs/update.md)", "(0, inf)")
     # ---- evaluation / logging / checkpoints ----
     eval_every: int = F(50, "hint-free evaluation every this many steps (0: only start and end)", "[0, inf)")
     eval_games: int = F(0, "validation games per evaluation (0 = all, -1 = no evaluation)", "[-1, inf)")

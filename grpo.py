@@ -503,7 +503,7 @@ class Update:
                  prec=contextlib.nullcontext, old_from_trainer=False, terms=None):
         self.cfg, self.model, self.policy, self.ref, self.opt = cfg, model, policy, ref, opt
         self.device, self.world, self.ddp, self.fsdp, self.prec = device, world, ddp, fsdp, prec
-        self.old_from_trainer, self.pad_id = old_from_trainer, tok.pad_token_id
+        self.old_from_trainer, self.pad_id, self.bad = old_from_trainer, tok.pad_token_id, 0  # bad: see stop
         self.DUMMY = {"prompt_ids": [tok.eos_token_id], "response_ids": [tok.eos_token_id]}
         self.terms = make_terms(cfg, ref) if terms is None else list(terms)
         self.by_rows = {kind: [t for t in self.terms if t.rows == kind] for kind in ("step", "aux")}
@@ -598,6 +598,19 @@ class Update:
             out.update(lp_diff_mean=sums["lp_diff"] / n, lp_diff_max=maxima["lp_diff"],
                        lp_kl=sums["lp_k3"] / n)
         return {**out, "term_stats": more} if more else out
+
+    def stop(self, update):  # -> (why, checkpoint?) or None
+        """Divergence (non-finite weights, an update beyond --max_update) stops the run with no checkpoint of
+        these weights; --max_bad_steps non-finite losses in a row (no step taken) stop it with one."""
+        self.bad = self.bad + 1 if update["skipped"] else 0
+        local = [p.to_local() if hasattr(p, "to_local") else p for p in self.policy.parameters()]
+        if all_max(int(not all(torch.isfinite(p).all() for p in local)), self.ddp):
+            return "the weights hold non-finite values (no checkpoint of them written)", False
+        if update["update_rel"] > self.cfg.max_update:
+            return (f"the update moved the weights by {update['update_rel']:.3g} of their norm, beyond "
+                    f"--max_update {self.cfg.max_update:g} (no checkpoint of them written)"), False
+        if self.bad >= self.cfg.max_bad_steps:
+            return f"{self.bad} non-finite losses in a row (the weights are the last finite ones)", True
 
     def update_size(self):  # ||theta_new - theta_old|| / ||theta_old|| (FSDP: shards summed over ranks)
         sq = reduce_dict(dict(zip(("delta", "theta"), adamw_update_norm(self.opt))), self.fsdp)

@@ -49,7 +49,8 @@ from scheduler import make_rule  # noqa: E402
 from plumbing.parallel import (  # noqa: E402
     all_max, autocast, compute_dtype, fsdp2_shard, init_distributed, local_first, same_on_ranks)
 from plumbing.report import end_lines, run_summary, step_line, step_record  # noqa: E402
-from plumbing.tasks import batch_indices, cluster_warning, length_table, tasks_for, train_subset  # noqa: E402
+from plumbing.tasks import (batch_indices, check_step, cluster_warning, length_table, tasks_for,  # noqa: E402
+                            train_subset)
 from plumbing.tiny import resolve_model  # noqa: E402
 
 # -------------------------------------------------------------- distributed setup
@@ -105,12 +106,15 @@ if master:
     print(length_table(train_tasks))
     print(f"[hints] {cfg.hint_source}: {sum(L is not None for L in lengths)} of {len(train_tasks)} training "
           f"tasks start with a hint to replay, {sum(bool(h and h.text) for h in first_hints)} with a text")
+n_eval = max([len(ts) for _, ts in val_sets] + [len(panel)]
+             + [cfg.authors_episodes] * (cfg.eval_protocol != "panel"))
 pool = EnvPool(cfg.num_workers, env_spec(cfg))
 
 # -------------------------------------------------------------- models, reference, rollout engine, optimizer
 model_path = local_first(lambda: resolve_model(cfg), ddp, local_rank)  # 'tiny': built once per node
 try:
     tok = AutoTokenizer.from_pretrained(model_path)
+    check_step(cfg, tok, train_tasks, n_eval, world)  # |B|, episodes per env worker, prompt budget: one line
     # fp32 master weights read straight onto the device (accelerate): no full host copy a rank (30 GB at 7B)
     policy = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, device_map=device)
 except (OSError, ValueError) as e:  # a hub id that is not reachable (offline, a typo)
@@ -130,8 +134,6 @@ if ddp and not fsdp:  # gradients reduced in place (no second copy); no buffers 
                                                       gradient_as_bucket_view=True, broadcast_buffers=False)
 elif fsdp:  # FSDP2: every decoder layer, then the root; the reference too (7B: 15 GB in bf16)
     fsdp2_shard(policy, ref, dtype)
-n_eval = max([len(ts) for _, ts in val_sets] + [len(panel)]
-             + [cfg.authors_episodes] * (cfg.eval_protocol != "panel"))
 seqs = max(-(-cfg.batch_tasks // world) * cfg.group_size, -(-n_eval // world))  # what a rank plays at once
 engine = make_engine(cfg, model_path, tok, device, cfg.seed + rank, seqs)
 opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
@@ -227,7 +229,7 @@ def scheduler_view(tasks, task_hints):
 # -------------------------------------------------------------- the loop
 if start_step == 0:
     run_eval(0)
-bad, stopped = 0, False
+stopped = False
 bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, disable=not master,
            desc="train", dynamic_ncols=True)
 for step in bar:
@@ -269,10 +271,10 @@ for step in bar:
     model.train()
     engine.sleep_mode(True)  # --vllm_sleep (GPU): free the engine's memory during the update
     update = learn.batch(rows, out["aux"])  # the batch's optimizer steps (several with --ppo_mini_batch)
-    bad = bad + 1 if update["skipped"] else 0  # steps in a row with a mini-batch whose loss was non-finite
-    if bad >= max(cfg.max_bad_steps, 1):
-        save_checkpoint(step, "non-finite loss")
-        sys.exit(f"error: {bad} non-finite losses in a row at step {step}; stopped (checkpoint written)")
+    if stop := learn.stop(update):  # divergence (non-finite weights, an update beyond --max_update): no
+        if stop[1]:  # checkpoint; --max_bad_steps non-finite losses in a row (no step taken): one
+            save_checkpoint(step, "non-finite loss")
+        sys.exit(f"error: step {step}: {stop[0]}; stopped")
     model.eval()
     t_train = time.time() - t2
     # 5. weight sync into the rollout engine, checked on one row; every rank must hold the same state
@@ -296,7 +298,7 @@ for step in bar:
         log.write(json.dumps(rec, default=lambda o: o.item() if hasattr(o, "item") else str(o)) + "\n")
         log.flush()
         bar.write(step_line(rec) + (f" | [warn] non-finite loss: {update['skipped']} mini-batch(es) skipped, "
-                                    f"{bad} step(s) in a row" if bad else ""))
+                                    f"{learn.bad} step(s) in a row" if learn.bad else ""))
         if any(evals_due(cfg, step)):  # two training episodes (rank 0's) at each evaluation step
             write_transcripts(f"{cfg.out_dir}/transcripts/step{step:06d}_train.txt", out, tok, 2)
         if wandb_run:

@@ -54,6 +54,8 @@ def full_state(policy, opt, fsdp):
 
 def save(out_dir, step, policy, tok, weights, trainer, state, cfg, keep):
     """Write ckpt_<step>.tmp, mark it COMPLETE, rename; keep the newest `keep` (<= 0: all). -> the path."""
+    if bad := [k for k, t in (weights or {}).items() if t.is_floating_point() and not t.isfinite().all()]:
+        raise ValueError(f"checkpoint at step {step} not written: non-finite values in {bad[:3]}")
     final = os.path.join(out_dir, f"ckpt_{step:06d}")
     tmp = final + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)

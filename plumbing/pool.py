@@ -2,7 +2,8 @@
 envs.make_env); one call sends a turn's requests to every worker at once and gathers their results. A group's
 R resets of one game replay the expert prefix once and fork (--fork_prefix: the engine's state lives in a C
 library, so os.fork is the one way to copy it). A worker that dies is restarted; its episodes are lost, the
-rest of the batch goes on.
+rest of the batch goes on. Every worker, and every episode it forks, ends when its parent does, however the
+parent dies (die_with_parent); a worker holds at most MAX_LIVE live episodes.
 
     pool = EnvPool(num_workers, envs.env_spec(cfg))
     results = pool.run([("reset", eid, gamefile, prefix), ("step", eid, action), ("close", eid), ...])
@@ -10,21 +11,48 @@ rest of the batch goes on.
 """
 import atexit
 import collections
+import ctypes
 import gc
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 import traceback
 from multiprocessing.connection import Connection, wait as wait_any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root: `import envs` there
+# episodes one worker holds at once, forked or in its own engines (~1.5 MB each on the generated games): a
+# reset beyond it is answered with an error; train.py checks a step's share of a worker against it at setup
+MAX_LIVE = 1024
 
 
-def _worker_main(fd, spec_json, make_env):
+def die_with_parent(parent):
+    """End this process when `parent` (its parent's pid) ends, however that dies (SIGKILL, the OOM killer):
+    Linux's PR_SET_PDEATHSIG (prctl(2); it fires when the thread that started this process ends: EnvPool is
+    made and restarts its workers from the trainer's main thread), elsewhere a thread that checks
+    getppid()."""
+    try:
+        armed = ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL) == 0  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # no prctl (macOS)
+        armed = False
+    if not armed:
+        def watch():
+            while os.getppid() == parent:
+                time.sleep(1.0)
+            os._exit(1)
+        threading.Thread(target=watch, daemon=True).start()
+    if os.getppid() != parent:  # it died before the signal was armed
+        os._exit(1)
+
+
+def _worker_main(fd, spec_json, make_env, parent):
     """A pool worker's entry (a fresh interpreter): make_env(spec) builds its engines (envs.make_env). At the
     end its exit handlers run, not the interpreter's teardown of the engines' modules (~0.3 s a worker)."""
+    die_with_parent(parent)
     _worker(Connection(fd), json.loads(spec_json), make_env)
     atexit._run_exitfuncs()
     sys.stdout.flush()
@@ -48,11 +76,13 @@ def _fork_episode(env, ep, close):
     the replayed prefix (its state lives in a C library with get_state but no set_state: fork is the one way
     to copy it). `close`: the parent's connections, which the child must not hold open."""
     a, b = socket.socketpair()
+    parent = os.getpid()
     pid = os.fork()
     if pid:
         b.close()
         return pid, Connection(a.detach())
     try:  # the child: one episode, then exit without running the parent's cleanup
+        die_with_parent(parent)
         for c in (a, *close):
             c.close()
         gc.disable()  # a short life: no collection passes that would copy every page of the parent's heap
@@ -75,9 +105,10 @@ def _fork_episode(env, ep, close):
 def _worker(conn, spec, make_env):
     """Holds engines (one per concurrent episode, reused) and the episodes' state. With spec["fork_prefix"],
     the R resets of a group (one game and prefix, one batch) replay the prefix once: the other R - 1 episodes
-    are forked from the first right after its reset (_fork_episode)."""
+    are forked from the first right after its reset (_fork_episode). At most spec["max_live"] (MAX_LIVE)
+    episodes live at once, forked or not."""
     envs, free, eps, kids = [], [], {}, {}  # eps: eid -> (env index, ep dict); kids: eid -> (pid, Connection)
-    fork = spec.get("fork_prefix", False)
+    fork, max_live = spec.get("fork_prefix", False), spec.get("max_live", MAX_LIVE)
 
     def end_kid(eid):
         pid, c = kids.pop(eid)
@@ -114,6 +145,9 @@ def _worker(conn, spec, make_env):
                         end_kid(eid)
                     if eid in eps:
                         free.append(eps.pop(eid)[0])
+                    if len(eps) + len(kids) >= max_live:
+                        raise RuntimeError(f"this worker holds {max_live} live episodes, its bound "
+                                           "(plumbing/pool.py MAX_LIVE); episode lost")
                     key = (gamefile, tuple(prefix))
                     tpl = eps.get(first.get(key))  # forkable while still at the prefix's end (history)
                     if fork and prefix and tpl and len(tpl[1]["history"]) == len(prefix):
@@ -180,7 +214,7 @@ class EnvPool:
         that would re-run a top-level script such as train.py), talking over a socketpair Connection."""
         a, b = socket.socketpair()
         code = (f"import sys; sys.path.insert(0, {ROOT!r}); import envs; from plumbing import pool; "
-                f"pool._worker_main({b.fileno()}, {json.dumps(self.spec)!r}, envs.make_env)")
+                f"pool._worker_main({b.fileno()}, {json.dumps(self.spec)!r}, envs.make_env, {os.getpid()})")
         self.procs[w] = subprocess.Popen([sys.executable, "-c", code], pass_fds=[b.fileno()])
         b.close()
         self.conns[w] = Connection(a.detach())

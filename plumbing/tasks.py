@@ -1,5 +1,6 @@
 """The tasks: a split's tasks from the configured environment's registry entry (envs.ENVS), the training
-subset, the batch order, and a warning for length clusters that can never hold a task.
+subset, the batch order, the checks of a step's size, and a warning for length clusters that can never hold a
+task.
 
     tasks = tasks_for(cfg, "train")   # [{"id", "gamefile", "task_type", "goal", "walkthrough", "L"
                                       #   (, "thinks")}]
@@ -43,6 +44,34 @@ def batch_indices(step, B, N, seed):
         idx += perm[start:start + B - len(idx)].tolist()
         epoch += 1
     return idx
+
+
+def check_step(cfg, tok, tasks, n_eval, world):
+    """One-line errors (exit 2) for a step this run cannot hold, before the model loads:
+    - |B| above the training set: a step's tasks come from a pass over the set without repeats (a task comes
+      twice only where a batch straddles two passes); more rollouts of a task are --group_size;
+    - more live episodes on one env worker than plumbing/pool.py's MAX_LIVE: a rank's groups (or its share of
+      an evaluation's games) are dealt over --num_workers game by game;
+    - --max_prompt_tokens below the shortest prompt the run can build, the prompt around its shortest goal
+      with no room, history, observation or actions: every prompt would be cut."""
+    from config import fail
+    from plumbing.pool import MAX_LIVE
+    from rollout import chat_ids_batch, user_message
+    if cfg.batch_tasks > len(tasks):
+        fail(f"--batch_tasks {cfg.batch_tasks} exceeds the training set ({len(tasks)} tasks): a step's tasks "
+             "come from one pass over it, each once; more rollouts per task are --group_size")
+    up = lambda a, b: -(-a // b)  # noqa: E731  (ceil)
+    live = max(up(up(cfg.batch_tasks, world), cfg.num_workers) * cfg.group_size,
+               up(up(n_eval, world), cfg.num_workers))
+    if live > MAX_LIVE:
+        fail(f"one env worker would hold {live} live episodes at once, beyond its bound of {MAX_LIVE} "
+             "(plumbing/pool.py MAX_LIVE): raise --num_workers or lower --batch_tasks or --group_size")
+    goals = sorted({t.get("goal", "") for t in tasks})
+    floor = min(map(len, chat_ids_batch(tok, [user_message(g, "", [], "", [], 0, cfg) for g in goals])))
+    if cfg.max_prompt_tokens < floor:
+        fail(f"--max_prompt_tokens {cfg.max_prompt_tokens} is below the shortest prompt this run can build "
+             f"({floor} tokens: its shortest goal with no room, history, observation or actions); every "
+             "prompt would be cut")
 
 
 def cluster_warning(lengths, K):

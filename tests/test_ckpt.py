@@ -80,6 +80,19 @@ def test_latest_skips_incomplete_and_prunes(tmp_path):
     assert sorted(os.listdir(all_kept)) == ["ckpt_000001", "ckpt_000002", "ckpt_000003"]
 
 
+def test_non_finite_weights_are_never_written(tmp_path):
+    """A diverged model is refused whatever asks to save it: no ckpt_<step> and no .tmp left, the older
+    checkpoints kept (pruning never runs)."""
+    cfg = get_config([])
+    m = tiny(True)
+    ckpt.save(str(tmp_path), 1, m, Tok(), m.state_dict(), {}, {"step": 1}, cfg, keep=1)
+    with torch.no_grad():
+        next(m.parameters()).view(-1)[3] = float("inf")
+    with pytest.raises(ValueError, match="checkpoint at step 2 not written: non-finite values in"):
+        ckpt.save(str(tmp_path), 2, m, Tok(), m.state_dict(), {}, {"step": 2}, cfg, keep=1)
+    assert sorted(os.listdir(tmp_path)) == ["ckpt_000001"]
+
+
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(SystemExit, match="no complete checkpoint"):
         ckpt.load("auto", str(tmp_path), True)

@@ -187,6 +187,96 @@ def test_a_dead_forked_episode_is_one_lost_episode():
         p.close()
 
 
+def pss_mb(pids):
+    """Proportional set size of these processes in MB (/proc/<pid>/smaps_rollup): shared pages split among
+    their sharers, so a forked episode counts only what it copied."""
+    total = 0.0
+    for pid in pids:
+        try:
+            total += next(int(line.split()[1]) for line in open(f"/proc/{pid}/smaps_rollup")
+                          if line.startswith("Pss:")) / 1024
+        except (OSError, StopIteration):
+            pass
+    return total
+
+
+def test_a_batch_far_beyond_the_worker_bound_keeps_memory_bounded():
+    """A worker holds at most max_live episodes (plumbing/pool.py MAX_LIVE): 80 resets of one group against a
+    bound of 8 make 8 live episodes (7 forked) and 72 one-line errors; the worker's memory grows by 8 episodes'
+    worth, not 80 (an episode is ~1.5 MB on these games: 80 would add ~100 MB), and it goes on serving."""
+    t = next(t for t in load_tasks("train") if t["L"] >= 4)
+    p = EnvPool(1, {"env": "alfworld", "fork_prefix": True, "max_live": 8})
+    try:
+        p.run([("reset", 0, t["gamefile"], t["walkthrough"][:2])])
+        w = p.procs[0].pid
+        base = pss_mb([w])
+        res = p.run([("reset", e, t["gamefile"], t["walkthrough"][:2]) for e in range(80)])
+        assert [r["ok"] for r in res] == [True] * 8 + [False] * 72
+        assert "holds 8 live episodes, its bound" in res[8]["error"] and "\n" not in res[8]["error"]
+        assert len(children(w)) == 7
+        assert pss_mb([w, *children(w)]) - base < 8 * 4.0  # 8 episodes at most 4 MB each
+        steps = p.run([("step", e, t["walkthrough"][2]) for e in range(8)])
+        assert all(r["ok"] for r in steps)
+        p.run([("close", e) for e in range(80)])
+        assert children(w) == [] and children(w, zombie=True) == []
+        again = p.run([("reset", e, t["gamefile"], t["walkthrough"][:2]) for e in range(8)])
+        assert all(r["ok"] for r in again) and p.restarts == 0
+    finally:
+        p.close()
+
+
+KILLED_OWNER = """
+import sys, time
+sys.path.insert(0, {root!r})
+from envs import EnvPool
+from plumbing.gamegen import load_tasks
+t = next(t for t in load_tasks("train") if t["L"] >= 4)
+p = EnvPool(2, {{"env": "alfworld", "fork_prefix": True}})
+p.run([("reset", e, t["gamefile"], t["walkthrough"][:2]) for e in range(4)])
+p.send([("reset", e, t["gamefile"], []) for e in range(10, 210)])  # 200 new engines: ~30 s of work
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def session(sid):
+    """The live processes of session sid (a process started with start_new_session leads its own)."""
+    out = []
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            st = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(st[3]) == sid and st[0] != "Z":
+            out.append(int(d))
+    return out
+
+
+def test_workers_and_forked_episodes_die_with_their_owner_however_it_dies():
+    """SIGKILL to the process that owns a pool (no cleanup of its own runs) in the middle of a long request
+    ends its workers and the episodes they forked within seconds (die_with_parent), not when the request is
+    done: nothing of it is left."""
+    import subprocess
+    import sys
+    import time
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    owner = subprocess.Popen([sys.executable, "-c", KILLED_OWNER.format(root=root)], stdout=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    try:
+        assert owner.stdout.readline().strip() == "ready"
+        time.sleep(1.0)  # worker 0 is replaying prefixes
+        assert len(session(owner.pid)) >= 1 + 2 + 3  # the owner, 2 workers, a group's 3 forked episodes (+)
+        owner.kill()
+        owner.wait()
+        deadline = time.time() + 5
+        while session(owner.pid) and time.time() < deadline:
+            time.sleep(0.2)
+        assert session(owner.pid) == []
+    finally:
+        for pid in session(owner.pid):
+            os.kill(pid, 9)
+
+
 def test_invalid_actions_do_not_crash():
     env = AlfEnv()
     t = load_tasks("train")[0]

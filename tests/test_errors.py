@@ -206,3 +206,18 @@ def test_former_tracebacks_are_one_line(tmp_path):
     for sub in ("table", "dynamics"):
         p = subprocess.run([sys.executable, "eval.py", sub, "--help"], cwd=ROOT, capture_output=True, text=True)
         assert p.returncode == 0 and p.stdout.startswith(f"usage: python eval.py {sub} "), p.stdout + p.stderr
+
+
+def test_a_step_the_run_cannot_hold_is_one_line(tmp_path):
+    """|B| above the training set (a step draws each task once: more rollouts are --group_size), more live
+    episodes on one env worker than plumbing/pool.py's MAX_LIVE, a prompt budget below the shortest prompt
+    the run can build: one line each, before the model loads (the demo's training set: 80 tasks)."""
+    base = ["train.py", "--out_dir", str(tmp_path / "o"), "--engine", "hf", "--num_workers", "1"]
+    one_line(*run(*base, "--batch_tasks", "100000"), "--batch_tasks 100000 exceeds the training set (80 tasks)",
+             "--group_size")
+    one_line(*run(*base, "--batch_tasks", "80", "--group_size", "13"),  # 80 x 13 = 1040 on one worker
+             "one env worker would hold 1040 live episodes at once, beyond its bound of 1024", "--num_workers")
+    rc, err = run(*base, "--max_prompt_tokens", "10")
+    one_line(rc, err, "--max_prompt_tokens 10 is below the shortest prompt this run can build (")
+    floor = int(err[0].split("build (")[1].split()[0])
+    assert 10 < floor < 768  # the demo's budget (768) holds it

@@ -9,7 +9,7 @@ import torch
 from config import Config
 from envs import EnvPool
 from plumbing.tasks import load_tasks
-from rollout import HFEngine, Reply, expert_reply, parse_action, rollout, user_message
+from rollout import HFEngine, Reply, choice_ids, expert_reply, parse_action, rollout, user_message
 from tools.bench import encode_prompt
 
 
@@ -187,6 +187,33 @@ def test_vllm_logprobs_match_transformers_and_follow_weight_sync(tiny, vllm_eng)
     eng.load_weights(model.state_dict().items())
     assert max_err() < 1e-4
     eng.load_weights(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).state_dict().items())
+
+
+@pytest.mark.parametrize("which", ["hf", "vllm"])
+def test_generation_on_non_finite_weights_ends_within_its_budget(tiny, request, which):
+    """Weights that are all NaN (a diverged update, which train.py stops before any sync) never hang an
+    engine: greedy and sampled, free and constrained, each call returns replies of at most max_new_tokens or
+    raises at once (HF's sampler refuses NaN probabilities)."""
+    import time
+    from rollout import chat_ids
+    from transformers import AutoModelForCausalLM
+    path, tok = tiny
+    eng = HFEngine(path, tok) if which == "hf" else request.getfixturevalue("vllm_eng")
+    clean = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).state_dict()
+    eng.load_weights((k, torch.full_like(v, float("nan"))) for k, v in clean.items())
+    prompts = [chat_ids(tok, f"task: put a mug {i} in the sink.") for i in range(4)]
+    try:
+        for temp in (1.0, 0.0):
+            for allowed in (None, [choice_ids(tok, ["look", "go to sink 1"])] * 4):
+                t0 = time.time()
+                try:
+                    out = eng.generate(prompts, 12, temp, seed=3, allowed=allowed)
+                    assert all(len(o["ids"]) <= 12 for o in out)
+                except RuntimeError as e:
+                    assert which == "hf" and temp > 0 and "probability tensor" in str(e)
+                assert time.time() - t0 < 60
+    finally:
+        eng.load_weights(clean.items())
 
 
 WEBSHOP_CMDS = [["search[<query>]"], ["search[<query>]", "click[b0abcdef12]", "click[next >]"]] * 3

@@ -437,3 +437,90 @@ def test_the_hint_free_share_rule_trains_and_checkpoints(tmp_path):
     recs = records(tmp_path)
     assert [r["step"] for r in recs] == [0, 1] and os.path.isdir(tmp_path / "ckpt_000002")
     assert all(r["hinted"] == 4 and r["mean_r"] <= 0.5 for r in recs)  # 2 of 4 at ratio 0, 2 at most 1
+
+
+def session(sid):
+    """The live processes of session sid (train.py started with start_new_session leads its own): the
+    trainer, its env workers and the episodes they fork."""
+    out = []
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            st = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(st[3]) == sid and st[0] != "Z":
+            out.append((int(d), int(st[1])))  # (pid, parent)
+    return out
+
+
+def test_sigkill_mid_rollout_leaves_no_process_of_the_run(tmp_path):
+    """SIGKILL to the trainer while its workers hold forked episodes (no handler of its own runs): within a
+    few seconds no process of the run is left (plumbing/pool.py die_with_parent)."""
+    cmd = [sys.executable, "train.py", *SMALL, "--out_dir", str(tmp_path), "--steps", "3", "--scheduler", "fixed",
+           "--fixed_ratio", "0.5", "--eval_games", "-1", "--engine", "hf", "--constrained", "0"]
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True, env={**os.environ, "TQDM_DISABLE": "1"})
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and p.poll() is None:  # mid-rollout: a worker's child is a forked episode
+            procs = session(p.pid)
+            workers = {pid for pid, parent in procs if parent == p.pid}
+            if any(parent in workers for _, parent in procs):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("no forked episode seen while the run was alive")
+        p.kill()
+        p.wait()
+        deadline = time.time() + 10
+        while session(p.pid) and time.time() < deadline:
+            time.sleep(0.2)
+        assert session(p.pid) == []
+    finally:
+        for pid, _ in session(p.pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+POISON = '''
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from grpo import Term
+
+
+def poison(opt, args, kwargs):  # a deliberately broken update: every optimizer step leaves a NaN weight
+    with torch.no_grad():
+        opt.param_groups[0]["params"][0].view(-1)[0] = float("nan")
+
+
+register_optimizer_step_post_hook(poison)
+
+
+class Poison(Term):
+    stats = ()
+
+    def __call__(self, mb):  # a real gradient on every step row, so the step is taken
+        return 1e-3 * (mb.lp * mb.mask).sum(), {}
+'''
+
+
+@pytest.mark.parametrize("flags,words", [(["--lr", "1", "--warmup_frac", "0"], "beyond --max_update 1"),
+                                         (["--loss_terms", "poison:Poison"], "the weights hold non-finite values")])
+def test_divergence_stops_the_run_at_its_step_with_no_checkpoint_of_it(tmp_path, flags, words):
+    """A run resumed from a finite checkpoint with a broken update (an lr that replaces the model in one step;
+    an optimizer hook that writes a NaN) stops at that step in one line: the finite checkpoint stays, none of
+    the broken weights is written, and generation never runs on them (the run ends within the step)."""
+    (tmp_path / "poison.py").write_text(POISON)
+    out = tmp_path / "run"
+    common = ["--scheduler", "fixed", "--fixed_ratio", "0.5", "--engine", "hf", "--constrained", "0",
+              "--ckpt_every", "1"]
+    train(out, "--steps", "1", *common)
+    p = train(out, "--steps", "3", "--resume", "auto", *common, *flags, wait=False,
+              env={"PYTHONPATH": str(tmp_path)})
+    log, _ = p.communicate(timeout=900)
+    lines = log.strip().splitlines()
+    assert p.returncode == 1 and lines[-1].startswith("error: step 1: ") and words in lines[-1], log[-3000:]
+    assert "Traceback" not in log
+    assert sorted(x.name for x in out.iterdir() if x.name.startswith("ckpt_")) == ["ckpt_000001"]
+    assert all(torch.isfinite(v).all() for v in load_file(str(out / "ckpt_000001" / "model.safetensors")).values())
+    assert [r["step"] for r in records(out)] == [0]  # step 1 never logged: it stopped inside the step
