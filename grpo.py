@@ -601,16 +601,18 @@ class Update:
 
     def stop(self, update):  # -> (why, checkpoint?) or None
         """Divergence (non-finite weights, an update beyond --max_update) stops the run with no checkpoint of
-        these weights; --max_bad_steps non-finite losses in a row (no step taken) stop it with one."""
+        these weights; --max_bad_steps steps in a row with a non-finite loss (those mini-batches took no step;
+        the weights were just checked finite) stop it with one."""
         self.bad = self.bad + 1 if update["skipped"] else 0
         local = [p.to_local() if hasattr(p, "to_local") else p for p in self.policy.parameters()]
         if all_max(int(not all(torch.isfinite(p).all() for p in local)), self.ddp):
             return "the weights hold non-finite values (no checkpoint of them written)", False
-        if update["update_rel"] > self.cfg.max_update:
+        if not update["update_rel"] <= self.cfg.max_update:  # NaN too
             return (f"the update moved the weights by {update['update_rel']:.3g} of their norm, beyond "
                     f"--max_update {self.cfg.max_update:g} (no checkpoint of them written)"), False
         if self.bad >= self.cfg.max_bad_steps:
-            return f"{self.bad} non-finite losses in a row (the weights are the last finite ones)", True
+            return (f"{self.bad} steps in a row with a non-finite loss (the weights are finite: checkpoint "
+                    "written)"), True
 
     def update_size(self):  # ||theta_new - theta_old|| / ||theta_old|| (FSDP: shards summed over ranks)
         sq = reduce_dict(dict(zip(("delta", "theta"), adamw_update_norm(self.opt))), self.fsdp)

@@ -114,11 +114,11 @@ pool = EnvPool(cfg.num_workers, env_spec(cfg))
 model_path = local_first(lambda: resolve_model(cfg), ddp, local_rank)  # 'tiny': built once per node
 try:
     tok = AutoTokenizer.from_pretrained(model_path)
-    check_step(cfg, tok, train_tasks, n_eval, world)  # |B|, episodes per env worker, prompt budget: one line
     # fp32 master weights read straight onto the device (accelerate): no full host copy a rank (30 GB at 7B)
     policy = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, device_map=device)
 except (OSError, ValueError) as e:  # a hub id that is not reachable (offline, a typo)
     model_error(cfg.model, e)
+check_step(cfg, tok, train_tasks, n_eval, world)  # |B|, episodes per env worker, prompt budget: one line
 if cfg.grad_ckpt:
     policy.gradient_checkpointing_enable()
 model, fsdp, ref = policy, ddp and cfg.parallel == "fsdp", None

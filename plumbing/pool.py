@@ -25,9 +25,14 @@ import traceback
 from multiprocessing.connection import Connection, wait as wait_any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root: `import envs` there
-# episodes one worker holds at once, forked or in its own engines (~1.5 MB each on the generated games): a
-# reset beyond it is answered with an error; train.py checks a step's share of a worker against it at setup
-MAX_LIVE = 1024
+# episodes one worker holds at once: a forked one costs ~1.5 MB on the generated games, one in its own engine
+# ~1.5 MB plus the engine's private 34 MB copy of libdownward in $TMPDIR (envs.py), so at most ~9 GB; a reset
+# beyond it is answered with an error; train.py checks a step's share of a worker against it at setup
+MAX_LIVE = 256
+try:
+    _LIBC = ctypes.CDLL(None, use_errno=True)  # once: a forked episode arms its signal without a dlopen
+except OSError:
+    _LIBC = None
 
 
 def die_with_parent(parent):
@@ -36,8 +41,8 @@ def die_with_parent(parent):
     made and restarts its workers from the trainer's main thread), elsewhere a thread that checks
     getppid()."""
     try:
-        armed = ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL) == 0  # 1: PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # no prctl (macOS)
+        armed = _LIBC.prctl(1, signal.SIGKILL) == 0  # 1: PR_SET_PDEATHSIG
+    except AttributeError:  # no prctl (macOS), no libc handle
         armed = False
     if not armed:
         def watch():
@@ -82,10 +87,10 @@ def _fork_episode(env, ep, close):
         b.close()
         return pid, Connection(a.detach())
     try:  # the child: one episode, then exit without running the parent's cleanup
+        gc.disable()  # a short life: no collection passes that would copy every page of the parent's heap
         die_with_parent(parent)
         for c in (a, *close):
             c.close()
-        gc.disable()  # a short life: no collection passes that would copy every page of the parent's heap
         kid = Connection(b.detach())
         while True:
             try:

@@ -47,11 +47,12 @@ def batch_indices(step, B, N, seed):
 
 
 def check_step(cfg, tok, tasks, n_eval, world):
-    """One-line errors (exit 2) for a step this run cannot hold, before the model loads:
+    """One-line errors (exit 2) for a step this run cannot hold, before the rollout engine starts:
     - |B| above the training set: a step's tasks come from a pass over the set without repeats (a task comes
       twice only where a batch straddles two passes); more rollouts of a task are --group_size;
     - more live episodes on one env worker than plumbing/pool.py's MAX_LIVE: a rank's groups (or its share of
-      an evaluation's games) are dealt over --num_workers game by game;
+      an evaluation's games) are dealt over --num_workers game by game (an estimate: a game twice in one call
+      puts both on one worker, which then answers the resets past the bound with an error);
     - --max_prompt_tokens below the shortest prompt the run can build, the prompt around its shortest goal
       with no room, history, observation or actions: every prompt would be cut."""
     from config import fail

@@ -211,12 +211,12 @@ def test_former_tracebacks_are_one_line(tmp_path):
 def test_a_step_the_run_cannot_hold_is_one_line(tmp_path):
     """|B| above the training set (a step draws each task once: more rollouts are --group_size), more live
     episodes on one env worker than plumbing/pool.py's MAX_LIVE, a prompt budget below the shortest prompt
-    the run can build: one line each, before the model loads (the demo's training set: 80 tasks)."""
+    the run can build: one line each, before the rollout engine starts (the demo's training set: 80 tasks)."""
     base = ["train.py", "--out_dir", str(tmp_path / "o"), "--engine", "hf", "--num_workers", "1"]
     one_line(*run(*base, "--batch_tasks", "100000"), "--batch_tasks 100000 exceeds the training set (80 tasks)",
              "--group_size")
-    one_line(*run(*base, "--batch_tasks", "80", "--group_size", "13"),  # 80 x 13 = 1040 on one worker
-             "one env worker would hold 1040 live episodes at once, beyond its bound of 1024", "--num_workers")
+    one_line(*run(*base, "--batch_tasks", "80", "--group_size", "4"),  # 80 x 4 = 320 on one worker
+             "one env worker would hold 320 live episodes at once, beyond its bound of 256", "--num_workers")
     rc, err = run(*base, "--max_prompt_tokens", "10")
     one_line(rc, err, "--max_prompt_tokens 10 is below the shortest prompt this run can build (")
     floor = int(err[0].split("build (")[1].split()[0])

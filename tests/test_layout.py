@@ -251,7 +251,7 @@ def test_the_wheel_installs_and_imports_every_module(tmp_path):
 
 
 STEP_CAP = 1995  # lines the README's list may hold: what one step runs (1,939 with rollout's --overlap branch and
-# the pool's queue of messages in flight; 1,970 with the advantage estimator chosen at setup, --advantage; 1,992
+# the pool's queue of messages in flight; 1,970 with the advantage estimator chosen at setup, --advantage; 1,994
 # with divergence's stop, the worker's bound on live episodes and no checkpoint of non-finite weights), lowered
 # as the code is cut
 
