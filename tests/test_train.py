@@ -524,3 +524,33 @@ def test_divergence_stops_the_run_at_its_step_with_no_checkpoint_of_it(tmp_path,
     assert sorted(x.name for x in out.iterdir() if x.name.startswith("ckpt_")) == ["ckpt_000001"]
     assert all(torch.isfinite(v).all() for v in load_file(str(out / "ckpt_000001" / "model.safetensors")).values())
     assert [r["step"] for r in records(out)] == [0]  # step 1 never logged: it stopped inside the step
+
+
+NAN_LOSS = '''
+from grpo import Term
+
+
+class NanLoss(Term):
+    stats = ()
+
+    def __call__(self, mb):  # every micro-batch's loss non-finite: no mini-batch may step
+        return float("nan") * (mb.lp * mb.mask).sum(), {}
+'''
+
+
+def test_non_finite_losses_in_a_row_stop_the_run_with_a_checkpoint_of_unchanged_weights(tmp_path):
+    """--max_bad_steps 2 with a loss that is always NaN: steps 0 and 1 take no optimizer step, step 1 stops
+    the run in one line, and its checkpoint holds the starting weights (finite, untouched)."""
+    (tmp_path / "nan_loss.py").write_text(NAN_LOSS)
+    out = tmp_path / "run"
+    p = train(out, "--steps", "4", "--max_bad_steps", "2", "--loss_terms", "nan_loss:NanLoss", "--eval_games", "-1",
+              "--scheduler", "fixed", "--engine", "hf", "--constrained", "0", "--ckpt_every", "0", wait=False,
+              env={"PYTHONPATH": str(tmp_path)})
+    log, _ = p.communicate(timeout=900)
+    last = log.strip().splitlines()[-1]
+    assert p.returncode == 1 and last == ("error: step 1: 2 steps in a row with a non-finite loss (the weights "
+                                          "are finite: checkpoint written); stopped"), log[-3000:]
+    assert [(r["step"], r["skipped"], r["update_rel"]) for r in records(out)] == [(0, 1, 0)]  # 1: never logged
+    model = json.load(open(out / "config.json"))["model"]  # the preset's starting model
+    before, after = weights(os.path.join(ROOT, model)), weights(str(out / "ckpt_000001"))
+    assert all(torch.equal(before[k], after[k]) for k in before)
