@@ -173,7 +173,7 @@ def memory_gb(size, world=8, fsdp=False, seqs=18, seq_len=4608, micro_batch=8, r
     # under DDP (autocast computes in bf16 over fp32 weights, and the residual adds stay fp32), bf16 under
     # FSDP2's mixed precision (bf16 parameters)
     inputs = tok * m["hidden"] * (2 if fsdp else 4) * m["layers"]
-    # the response positions' logits (rollout.response_logprobs, logits_to_keep): bf16 out of lm_head, one
+    # the response positions' logits (grpo.response_logprobs, logits_to_keep): bf16 out of lm_head, one
     # fp32 copy scaled by the temperature; the backward of the log-probs holds it, its gradient, a recomputed
     # exp and the softmax's input gradient (~16 B per token x vocab); the entropy's backward
     # (grpo._EntropyOfLogits) two fp32 copies more, a recomputed log-softmax and its exp (~24 B)
