@@ -132,17 +132,27 @@ def test_engine_caches_leave_every_observation_unchanged(tmp_path):
     assert sorted(sas.iterdir()) + sorted(logic.iterdir()) == files
 
 
-def children(pid, zombie=False):
-    """Child processes of pid from /proc: the live ones, or (zombie=True) the exited ones nobody reaped."""
+def procs():
+    """[(pid, state, parent, session)] of every process, from /proc/<pid>/stat (the fields after the name)."""
     out = []
     for d in filter(str.isdigit, os.listdir("/proc")):
         try:
             st = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(st[1]) == pid and (st[0] == "Z") == zombie:
-            out.append(int(d))
+        out.append((int(d), st[0], int(st[1]), int(st[3])))
     return out
+
+
+def children(pid, zombie=False):
+    """Child processes of pid: the live ones, or (zombie=True) the exited ones nobody reaped."""
+    return [p for p, state, parent, _ in procs() if parent == pid and (state == "Z") == zombie]
+
+
+def session(sid):
+    """[(pid, parent)] of the live processes of session sid (one started with start_new_session leads its
+    own): a pool's owner, its workers and the episodes they fork, or a trainer's whole tree."""
+    return [(p, parent) for p, state, parent, s in procs() if s == sid and state != "Z"]
 
 
 def test_forked_group_plays_like_replayed_episodes():
@@ -239,19 +249,6 @@ time.sleep(600)
 """
 
 
-def session(sid):
-    """The live processes of session sid (a process started with start_new_session leads its own)."""
-    out = []
-    for d in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            st = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(st[3]) == sid and st[0] != "Z":
-            out.append(int(d))
-    return out
-
-
 def test_workers_and_forked_episodes_die_with_their_owner_however_it_dies():
     """SIGKILL to the process that owns a pool (no cleanup of its own runs) in the middle of a long request
     ends its workers and the episodes they forked within seconds (die_with_parent), not when the request is
@@ -273,7 +270,7 @@ def test_workers_and_forked_episodes_die_with_their_owner_however_it_dies():
             time.sleep(0.2)
         assert session(owner.pid) == []
     finally:
-        for pid in session(owner.pid):
+        for pid, _ in session(owner.pid):
             os.kill(pid, 9)
 
 

@@ -439,23 +439,10 @@ def test_the_hint_free_share_rule_trains_and_checkpoints(tmp_path):
     assert all(r["hinted"] == 4 and r["mean_r"] <= 0.5 for r in recs)  # 2 of 4 at ratio 0, 2 at most 1
 
 
-def session(sid):
-    """The live processes of session sid (train.py started with start_new_session leads its own): the
-    trainer, its env workers and the episodes they fork."""
-    out = []
-    for d in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            st = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(st[3]) == sid and st[0] != "Z":
-            out.append((int(d), int(st[1])))  # (pid, parent)
-    return out
-
-
 def test_sigkill_mid_rollout_leaves_no_process_of_the_run(tmp_path):
     """SIGKILL to the trainer while its workers hold forked episodes (no handler of its own runs): within a
     few seconds no process of the run is left (plumbing/pool.py die_with_parent)."""
+    from test_envs import session
     cmd = [sys.executable, "train.py", *SMALL, "--out_dir", str(tmp_path), "--steps", "3", "--scheduler", "fixed",
            "--fixed_ratio", "0.5", "--eval_games", "-1", "--engine", "hf", "--constrained", "0"]
     p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
