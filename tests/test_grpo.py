@@ -583,9 +583,9 @@ def test_make_terms_picks_each_term_from_its_flag():
 
 
 def test_the_update_reads_no_loss_setting():
-    """Update's methods read the config's batching fields only (rows per micro-batch and mini-batch, rows packed
-    per forward): which terms run, with which weights, was decided once by make_terms (and the variant terms'
-    constructors)."""
+    """Update's methods read the config's batching fields (rows per micro-batch and mini-batch, rows packed per
+    forward), the clip and the temperature, and the stop's two bounds (Update.stop): which terms run, with which
+    weights, was decided once by make_terms (and the variant terms' constructors)."""
     import ast
     import os
     tree = ast.parse(open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "grpo.py")).read())
@@ -593,7 +593,8 @@ def test_the_update_reads_no_loss_setting():
     read = {n.attr for n in ast.walk(update) if isinstance(n, ast.Attribute) and
             (isinstance(n.value, ast.Name) and n.value.id == "cfg" or
              isinstance(n.value, ast.Attribute) and n.value.attr == "cfg")}
-    assert read == {"ppo_mini_batch", "micro_batch", "pack_tokens", "grad_clip", "temperature"}, read
+    assert read == {"ppo_mini_batch", "micro_batch", "pack_tokens", "grad_clip", "temperature", "max_update",
+                    "max_bad_steps"}, read
     assert not [n for n in ast.walk(update) if isinstance(n, ast.Name) and n.id == "getattr"]
 
 

@@ -189,31 +189,52 @@ def test_vllm_logprobs_match_transformers_and_follow_weight_sync(tiny, vllm_eng)
     eng.load_weights(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).state_dict().items())
 
 
+NAN_GENERATE = """
+import json, sys, time
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from rollout import HFEngine, VLLMEngine, chat_ids, choice_ids
+path, which = sys.argv[1], sys.argv[2]
+tok = AutoTokenizer.from_pretrained(path)
+eng = HFEngine(path, tok) if which == "hf" else VLLMEngine(path, tok, seed=0, dtype="float32", max_model_len=1024)
+clean = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).state_dict()
+eng.load_weights((k, torch.full_like(v, float("nan"))) for k, v in clean.items())
+prompts = [chat_ids(tok, f"task: put a mug {i} in the sink.") for i in range(4)]
+out = []
+for temp in (1.0, 0.0):
+    for allowed in (None, [choice_ids(tok, ["look", "go to sink 1"])] * 4):
+        t0 = time.time()
+        try:
+            lens = [len(o["ids"]) for o in eng.generate(prompts, 12, temp, seed=3, allowed=allowed)]
+            out.append({"temp": temp, "lens": lens, "s": time.time() - t0})
+        except RuntimeError as e:
+            out.append({"temp": temp, "error": str(e)[:200], "s": time.time() - t0})
+print("RESULT " + json.dumps(out))
+"""
+
+
 @pytest.mark.parametrize("which", ["hf", "vllm"])
-def test_generation_on_non_finite_weights_ends_within_its_budget(tiny, request, which):
+def test_generation_on_non_finite_weights_ends_within_its_budget(tiny, which):
     """Weights that are all NaN (a diverged update, which train.py stops before any sync) never hang an
     engine: greedy and sampled, free and constrained, each call returns replies of at most max_new_tokens or
-    raises at once (HF's sampler refuses NaN probabilities)."""
-    import time
-    from rollout import chat_ids
-    from transformers import AutoModelForCausalLM
-    path, tok = tiny
-    eng = HFEngine(path, tok) if which == "hf" else request.getfixturevalue("vllm_eng")
-    clean = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).state_dict()
-    eng.load_weights((k, torch.full_like(v, float("nan"))) for k, v in clean.items())
-    prompts = [chat_ids(tok, f"task: put a mug {i} in the sink.") for i in range(4)]
-    try:
-        for temp in (1.0, 0.0):
-            for allowed in (None, [choice_ids(tok, ["look", "go to sink 1"])] * 4):
-                t0 = time.time()
-                try:
-                    out = eng.generate(prompts, 12, temp, seed=3, allowed=allowed)
-                    assert all(len(o["ids"]) <= 12 for o in out)
-                except RuntimeError as e:
-                    assert which == "hf" and temp > 0 and "probability tensor" in str(e)
-                assert time.time() - t0 < 60
-    finally:
-        eng.load_weights(clean.items())
+    raises at once (HF's sampler refuses NaN probabilities). Each engine in a process of its own: the module's
+    shared vLLM engine, given NaN weights and then its weights back, failed this file's later vLLM tests."""
+    import json
+    import subprocess
+    import sys
+    if which == "vllm" and os.environ.get("REQUIRE_VLLM") != "1":
+        pytest.importorskip("vllm")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, "-c", NAN_GENERATE, tiny[0], which], cwd=root, capture_output=True,
+                       text=True, timeout=600)
+    got = [json.loads(line[7:]) for line in p.stdout.splitlines() if line.startswith("RESULT ")]
+    assert p.returncode == 0 and got, p.stderr[-3000:]
+    for r in got[0]:
+        assert r["s"] < 60
+        if "error" in r:
+            assert which == "hf" and r["temp"] > 0 and "probability tensor" in r["error"], r
+        else:
+            assert len(r["lens"]) == 4 and max(r["lens"]) <= 12, r
 
 
 WEBSHOP_CMDS = [["search[<query>]"], ["search[<query>]", "click[b0abcdef12]", "click[next >]"]] * 3
