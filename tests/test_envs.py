@@ -155,6 +155,22 @@ def session(sid):
     return [(p, parent) for p, state, parent, s in procs() if s == sid and state != "Z"]
 
 
+def sigkill_leader(proc, within):
+    """SIGKILL `proc` alone (a Popen that leads its own session: no handler of its runs), wait up to `within`
+    seconds for the rest of its session to end -> what was still alive then. Whatever was left is killed
+    before returning: nothing outlives the test, pass or fail."""
+    import time
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + within
+    while session(proc.pid) and time.time() < deadline:
+        time.sleep(0.2)
+    left = session(proc.pid)
+    for pid, _ in left:
+        os.kill(pid, 9)
+    return left
+
+
 def test_forked_group_plays_like_replayed_episodes():
     """fork_prefix: a group's prefix is replayed once and the other episodes are forked children; every
     episode must see what R separate replays see, step by step (the remaining walkthrough wins, a wrong action
@@ -263,15 +279,9 @@ def test_workers_and_forked_episodes_die_with_their_owner_however_it_dies():
         assert "ready" in (line.strip() for line in owner.stdout)  # EOF (the owner died) ends the loop
         time.sleep(1.0)  # worker 0 is replaying prefixes
         assert len(session(owner.pid)) >= 1 + 2 + 3  # the owner, 2 workers, a group's 3 forked episodes (+)
-        owner.kill()
-        owner.wait()
-        deadline = time.time() + 5
-        while session(owner.pid) and time.time() < deadline:
-            time.sleep(0.2)
-        assert session(owner.pid) == []
     finally:
-        for pid, _ in session(owner.pid):
-            os.kill(pid, 9)
+        left = sigkill_leader(owner, 5)
+    assert left == []
 
 
 def test_invalid_actions_do_not_crash():

@@ -350,7 +350,6 @@ def test_self_hints_run_and_resume_warns_when_a_run_state_is_missing(tmp_path):
     assert "holds no 'hints' state; it starts afresh" in log and "continuing at step 1" in log
 
 
-
 # written with the engine's one sampling stream, then the default: the flag given, the same runs
 PAPER_TINY = ["--preset", "paper", "--games", "builtin", "--model", "tiny", "--steps", "3", "--batch_tasks", "2",
               "--max_steps", "20", "--group_size", "2", "--max_new_tokens", "16", "--max_prompt_tokens", "1024",
@@ -442,7 +441,7 @@ def test_the_hint_free_share_rule_trains_and_checkpoints(tmp_path):
 def test_sigkill_mid_rollout_leaves_no_process_of_the_run(tmp_path):
     """SIGKILL to the trainer while its workers hold forked episodes (no handler of its own runs): within a
     few seconds no process of the run is left (plumbing/pool.py die_with_parent)."""
-    from test_envs import session
+    from test_envs import session, sigkill_leader
     cmd = [sys.executable, "train.py", *SMALL, "--out_dir", str(tmp_path), "--steps", "3", "--scheduler", "fixed",
            "--fixed_ratio", "0.5", "--eval_games", "-1", "--engine", "hf", "--constrained", "0"]
     p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -457,15 +456,9 @@ def test_sigkill_mid_rollout_leaves_no_process_of_the_run(tmp_path):
             time.sleep(0.2)
         else:
             pytest.fail("no forked episode seen while the run was alive")
-        p.kill()
-        p.wait()
-        deadline = time.time() + 10
-        while session(p.pid) and time.time() < deadline:
-            time.sleep(0.2)
-        assert session(p.pid) == []
     finally:
-        for pid, _ in session(p.pid):
-            os.kill(pid, signal.SIGKILL)
+        left = sigkill_leader(p, 10)
+    assert left == []
 
 
 POISON = '''
