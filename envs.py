@@ -1,6 +1,11 @@
 """The runtime environments behind one episode interface and their registry (the pool of worker processes
 that plays them: plumbing/pool.py, re-exported here as envs.EnvPool).
 
+Contract. make_env(spec) -> an env with reset(gamefile, prefix) -> the state after replaying the prefix (its
+observation, admissible commands, history, the prefix's steps for the aux rows) and step(action) -> (obs,
+admissible, won, done, valid, score). Promises: the real engine's observations (the parse caches change none:
+tests/test_envs.py compares them with the uncached engine); a prefix action the engine refuses is an error.
+
     python envs.py stats [--games builtin|official|webshop-lite] [--env NAME]   # split sizes + expert lengths
     python envs.py webshop-doctor [--setting authors|human]         # what an official WebShop setup lacks
     python envs.py make-games ... | make-builtin                    # ALFWorld game generation (gamegen.py)

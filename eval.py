@@ -2,6 +2,10 @@
 loop and from the command line; the CLI also runs the diagnostic (diagnose.py) and the tables and figure
 (plumbing/report.py).
 
+Contract. in_loop_eval(engine, pool, tok, sets, cfg, step, ...) -> {set name: success, "counts"}: hint-free
+episodes (no prefix, no hint text), greedy or sampled with seeds fixed by the run's seed, the set and the
+step (never by what ran before); write_transcripts prints the actions as played.
+
     python eval.py panel --model CKPT [--split valid_unseen] [--games builtin|official] [--seeds 0 1 2] \
         [--decode greedy|sampled]
     # their draw, seed s = validation s
@@ -50,6 +54,20 @@ def evaluate(engine, pool, tok, tasks, cfg, seed=0, temperature=0.0, reply=None,
             "per_type": {k: sum(v) / len(v) for k, v in sorted(by.items())},
             "per_type_won": {k: [sum(v), len(v)] for k, v in sorted(by.items())},
             "invalid": out["stats"]["invalid"] / max(out["stats"]["env_steps"], 1), "out": out}
+
+
+def eval_tasks(cfg, train_tasks, verbose=True):
+    """The hint-free evaluation's games -> (val_sets: [(logged name, tasks)] per --eval_split split, cut to
+    --eval_games (-1: none), the training panel: --train_panel training tasks (a fixed draw), n_eval: the
+    most episodes one evaluation plays at once)."""
+    from plumbing.tasks import tasks_for
+    cut = lambda ts: [] if cfg.eval_games < 0 else ts[:cfg.eval_games] if cfg.eval_games else ts  # noqa: E731
+    val_sets = [(name, cut(tasks_for(cfg, split, verbose=verbose))) for name, split in eval_splits(cfg)]
+    order = np.random.default_rng(1234).permutation(len(train_tasks))  # a fixed draw, the same every run
+    panel = [train_tasks[i] for i in order[:cfg.train_panel]]
+    n_eval = max([len(ts) for _, ts in val_sets] + [len(panel)]
+                 + [cfg.authors_episodes] * (cfg.eval_protocol != "panel"))
+    return val_sets, panel, n_eval
 
 
 def eval_splits(cfg):
@@ -140,9 +158,8 @@ def in_loop_eval(engine, pool, tok, sets, cfg, step, rank=0, world=1, gather=lam
 
 
 def write_transcripts(path, out, tok, k=3, header=""):
-    """The first k episodes of a rollout output, decoded turn by turn (prompt, reply, parsed action, reward):
-    the first thing to read when a number looks wrong."""
-    from rollout import parse_action
+    """The first k episodes of a rollout output, decoded turn by turn (prompt, reply, the action played as
+    the rollout read it, valid): the first thing to read when a number looks wrong."""
     lines = [header] if header else []
     for e in out["episodes"][:k]:
         lines.append(f"=== episode {e['eid']} task {e['task_id']} prefix {e['n']} won {e['won']} "
@@ -150,7 +167,7 @@ def write_transcripts(path, out, tok, k=3, header=""):
         for r in [r for r in out["rows"] if r["eid"] == e["eid"]]:
             lines += [f"--- turn {r['t']} prompt:", tok.decode(r["prompt_ids"], skip_special_tokens=False),
                       f"--- reply: {r.get('text', tok.decode(r['response_ids']))!r}",
-                      f"--- action: {parse_action(r.get('text', ''))!r} valid {r['valid']}"]
+                      f"--- action: {r.get('action', '')!r} valid {r['valid']}"]
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -39,7 +39,6 @@ import math
 import torch
 
 from plumbing.packing import pack_rows, packed_logits, packed_micro_batches
-from plumbing.parallel import all_max, all_sum, reduce_dict
 
 AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "episode")
 FREE = -2  # in an allowed reply: from here on any token (a free-text slot); see trie_options
@@ -287,48 +286,7 @@ def policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp=None, kl_coef=0.0, ti
     return loss, stats
 
 
-def logprob_mismatch(old_lp, engine_lp, mask):
-    """Engine vs trainer on the engine's samples ([b, T] each) -> (sum |d log p|, max |d|, sum k3 of
-    KL(engine || trainer), tokens)."""
-    d = (old_lp - engine_lp) * mask  # [b, T]
-    k3 = (torch.exp(d) - d - 1) * mask
-    return (d.abs().sum().item(), d.abs().max().item() if mask.any() else 0.0, k3.sum().item(),
-            mask.sum().item())
-
-
-def adamw_update_norm(opt, chunk=1 << 22):
-    """(||theta_new - theta_old||^2, ||theta_old||^2) of AdamW's last step from its state, with no copy of the
-    weights. torch's AdamW (torch/optim/adam.py) does p <- p (1 - lr wd) - u, u = lr / bc1 * m / (sqrt(v) /
-    sqrt(bc2) + eps), so delta = -(lr wd p_new + u) / (1 - lr wd): no cancellation; sums in fp64, `chunk`
-    elements at a time. FSDP2 shards count their local part."""
-    d2 = o2 = 0.0
-    loc = lambda t: (t.to_local() if hasattr(t, "to_local") else t).detach().reshape(-1)  # noqa: E731
-    for g in opt.param_groups:
-        lr, wd, (b1, b2), eps = g["lr"], g["weight_decay"], g["betas"], g["eps"]
-        if g.get("amsgrad") or g.get("maximize"):
-            raise ValueError("adamw_update_norm: amsgrad / maximize are not supported")
-        for p in g["params"]:
-            if p.grad is None or p not in opt.state:
-                continue
-            st = opt.state[p]
-            t = float(st["step"])
-            c1, c2 = lr / (1 - b1 ** t), math.sqrt(1 - b2 ** t)
-            m, v, pn = loc(st["exp_avg"]), loc(st["exp_avg_sq"]), loc(p)
-            for i in range(0, pn.numel(), chunk):
-                mi, vi, pi = (x[i:i + chunk].float() for x in (m, v, pn))
-                delta = -(lr * wd * pi + c1 * mi / (vi.sqrt() / c2 + eps)) / (1 - lr * wd)
-                d2 += delta.square().sum(dtype=torch.float64).item()
-                o2 += (pi - delta).square().sum(dtype=torch.float64).item()
-    return d2, o2
-
-
 # ---------------------------------------------------------------------------------------------- loss terms
-LOGGED = ("pg", "kl", "entropy", "aux", "clipfrac", "ratio_dev")  # in every update's output (0.0 when unused)
-# the update's own names: no term stat may take one
-RESERVED = {"tokens", "finite", "update_rel", "skipped", "grad_norm", "term_stats", "lp_diff", "lp_k3",
-            "lp_tokens", "lp_diff_mean", "lp_diff_max", "lp_kl"}
-
-
 class Term:
     """A loss term, built once at setup: term(mb) -> (its loss on MicroBatch mb, a tensor; {stat: float}).
     rows: "step" or "aux" (expert-prefix) rows; zero_adv: zero-advantage step rows matter to it (else they get
@@ -398,6 +356,85 @@ class Entropy(Term):
         return -self.coef * h, {"entropy": h.item()}
 
 
+class MicroBatch:
+    """What a term reads of one micro-batch: rows, lp [b, T] (log pi, with gradient, 0 at padding), mask [b,
+    T], entropy [b, T] (None unless a term asked), counts (the mini-batch's global counts), ep_tok (tokens per
+    episode id); on demand the engine's, pi_old's (old_key: "old_lp" when the trainer scored it, else the
+    engine's "logprobs") and the reference's log-probs [b, T] (ref(rows) -> lp; None: no reference),
+    advantages [b], weights [b]."""
+
+    def __init__(self, rows, lp, mask, entropy, counts, ep_tok, old_key="logprobs", ref=None):
+        self.rows, self.lp, self.mask, self.entropy = rows, lp, mask, entropy
+        self.counts, self.ep_tok = counts, ep_tok
+        self.old_key, self.ref, self.ref_scored, self.device = old_key, ref, None, lp.device
+
+    def engine_lp(self):  # the engine's log-probs of the sampled tokens
+        return padded(self.rows, "logprobs", self.lp)
+
+    def old_lp(self):  # pi_old: before this batch's first step
+        return padded(self.rows, self.old_key, self.lp)
+
+    def ref_lp(self):  # the reference's (no gradient), or None without one
+        if self.ref_scored is None and self.ref is not None:
+            with torch.no_grad():
+                self.ref_scored = self.ref(self.rows)
+        return self.ref_scored
+
+    def adv(self):  # [b]
+        return torch.tensor([r["adv"] for r in self.rows], device=self.device)
+
+    def weights(self, agg):
+        return agg_weights(agg, torch.tensor([len(r["response_ids"]) for r in self.rows]),
+                           torch.tensor([self.ep_tok[r["eid"]] for r in self.rows]), self.counts["tokens"],
+                           self.counts["rows"], self.counts["episodes"]).to(self.device)
+
+
+def padded(rows, key, like):  # per-row lists of per-token values -> [b, T], as the log-probs `like`
+    out = torch.zeros_like(like)
+    for b, r in enumerate(rows):
+        out[b, :len(r[key])] = torch.as_tensor(r[key], dtype=out.dtype, device=like.device)
+    return out
+
+
+def terms_loss(terms, mb, stats):
+    """The summed losses of `terms` on MicroBatch mb their stats added to `stats` (maxima maxed)."""
+    loss = None
+    for t in terms:
+        part, got = t(mb)
+        loss = part if loss is None else loss + part
+        for k in t.stats:
+            stats[k] = stats.get(k, 0.0) + got[k]
+        for k in t.maxima:
+            stats[k] = max(stats.get(k, 0.0), got[k])
+    return loss
+
+
+def batch_counts(mb, aux_mb):
+    """A mini-batch's counts on this rank (the update sums them over ranks): response tokens, rows, episodes
+    of the step rows, aux tokens and the aux weights' sum (1/n a row). -> (counts, {eid: response tokens})."""
+    ep_tok = {}  # response tokens per episode within the mini-batch (the "episode" aggregation)
+    for r in mb:
+        ep_tok[r["eid"]] = ep_tok.get(r["eid"], 0) + len(r["response_ids"])
+    return {"tokens": sum(ep_tok.values()), "rows": len(mb), "episodes": len(ep_tok),
+            "aux_tokens": sum(len(r["response_ids"]) for r in aux_mb),
+            "aux_weight": sum(1.0 / r["n"] for r in aux_mb)}, ep_tok
+
+
+def forward_rows(rows, terms):  # zero-advantage rows that no term needs get no forward (they still count)
+    needed = any(t.zero_adv for t in terms if t.rows == "step")
+    return rows if needed else [r for r in rows if r["adv"] != 0.0]
+
+
+def micro_batches(rows, cfg):
+    """Up to --micro_batch rows each: whole packs of rows that share prefixes (plumbing/packing.py), or
+    rows sorted by length (less padding) where none do or --pack_tokens is 0."""
+    mb = cfg.micro_batch
+    if cfg.pack_tokens and (packed := packed_micro_batches(rows, cfg.pack_tokens, mb)):
+        return packed
+    rows = sorted(rows, key=lambda r: len(r["prompt_ids"]) + len(r["response_ids"]))
+    return [rows[i:i + mb] for i in range(0, len(rows), mb)]
+
+
 def needs_reference(cfg):
     """A reference model is loaded only for the term that reads it: the pg term's KL (--kl_coef > 0 under
     --mode grpo); aux_only and the SFT modes have no pg term."""
@@ -420,37 +457,6 @@ def make_terms(cfg, ref=None):
         terms += [aux(cfg)] if cfg.eta > 0 else []
         terms += [Entropy(cfg)] if cfg.entropy_coef > 0 else []
     return terms + [variant("losses", name)(cfg) for name in cfg.loss_terms.split(",") if name]
-
-
-class MicroBatch:
-    """What a term reads of one micro-batch: rows, lp [b, T] (log pi, with gradient, 0 at padding), mask [b,
-    T], entropy [b, T] (when asked), counts (the mini-batch's global counts), ep_tok (tokens per episode id),
-    and on demand the engine's, pi_old's and the reference's log-probs [b, T], advantages [b], weights [b]."""
-
-    def __init__(self, learn, rows, lp, mask, entropy, counts, ep_tok):
-        self.learn, self.rows, self.lp, self.mask, self.entropy = learn, rows, lp, mask, entropy
-        self.counts, self.ep_tok, self.device, self.ref_scored = counts, ep_tok, learn.device, None
-
-    def engine_lp(self):  # the engine's log-probs of the sampled tokens
-        return self.learn.padded(self.rows, "logprobs", self.lp)
-
-    def old_lp(self):  # pi_old: before this batch's first step (the engine's unless the trainer scored it)
-        return self.learn.padded(self.rows, "old_lp", self.lp) if self.learn.old_from_trainer else \
-            self.engine_lp()
-
-    def ref_lp(self):  # the reference's (no gradient), or None without one
-        if self.ref_scored is None and self.learn.ref is not None:
-            with torch.no_grad():
-                self.ref_scored = self.learn.token_logprobs(self.learn.ref, self.rows)[0]
-        return self.ref_scored
-
-    def adv(self):  # [b]
-        return torch.tensor([r["adv"] for r in self.rows], device=self.device)
-
-    def weights(self, agg):
-        return agg_weights(agg, torch.tensor([len(r["response_ids"]) for r in self.rows]),
-                           torch.tensor([self.ep_tok[r["eid"]] for r in self.rows]), self.counts["tokens"],
-                           self.counts["rows"], self.counts["episodes"]).to(self.device)
 
 
 # ---------------------------------------------------------------------------------------------- the update
@@ -492,190 +498,3 @@ def response_logprobs(model, rows, pad_id, device="cpu", temperature=1.0, entrop
     return lp * mask, mask
 
 
-class Update:
-    """One batch's update on this rank: pi_old (score_old), one AdamW step a mini-batch (optimizer_step), the
-    logged values (summarise). model: what the forward runs (the DDP wrapper, or the policy); policy: whose
-    parameters opt owns; terms: the loss terms (make_terms(cfg, ref) when None), which hold every loss
-    setting. Every rank runs as many passes as the busiest (zero-loss passes on DUMMY): FSDP all-gathers in
-    each pass, DDP reduces in the last."""
-
-    def __init__(self, cfg, model, policy, ref, opt, tok, device, world=1, ddp=False, fsdp=False,
-                 prec=contextlib.nullcontext, old_from_trainer=False, terms=None):
-        self.cfg, self.model, self.policy, self.ref, self.opt = cfg, model, policy, ref, opt
-        self.device, self.world, self.ddp, self.fsdp, self.prec = device, world, ddp, fsdp, prec
-        self.old_from_trainer, self.pad_id, self.bad = old_from_trainer, tok.pad_token_id, 0  # bad: see stop
-        self.DUMMY = {"prompt_ids": [tok.eos_token_id], "response_ids": [tok.eos_token_id]}
-        self.terms = make_terms(cfg, ref) if terms is None else list(terms)
-        self.by_rows = {kind: [t for t in self.terms if t.rows == kind] for kind in ("step", "aux")}
-        names = [k for t in self.terms for k in (*t.stats, *t.maxima)]
-        clash = {k for k in names if names.count(k) > 1} | set(names) & RESERVED
-        if clash or len(self.by_rows["step"]) + len(self.by_rows["aux"]) < len(self.terms):
-            raise ValueError(f"loss terms: stat names must be unique ({sorted(clash)}), rows step or aux")
-        self.zero_adv = any(t.zero_adv for t in self.by_rows["step"])  # else such rows get no forward
-
-    def batch(self, rows, aux):
-        """ceil(global rows / --ppo_mini_batch) mini-batches (0: one), cut by mini_batches (the same on 1 GPU
-        or 8), each normalised by its own global counts (verl's dp_actor). -> summarise's dict."""
-        n_rows = all_sum(len(rows), self.ddp)
-        n_mb = max(1, -(-n_rows // self.cfg.ppo_mini_batch)) if self.cfg.ppo_mini_batch else 1
-        pairs = list(zip(mini_batches(rows, n_mb), mini_batches(aux, n_mb)))  # (step rows, aux rows) each
-        # the terms' stats: summed (maxima: maxed) over mini-batches, then over ranks
-        sums = {**{k: 0.0 for t in self.terms for k in t.stats},
-                "tokens": float(sum(len(r["response_ids"]) for r in rows))}
-        maxima = {k: 0.0 for t in self.terms for k in t.maxima}
-        gap = self.score_old([mb for mb, _ in pairs])
-        steps = [self.optimizer_step(mb, aux_mb, sums, maxima) for mb, aux_mb in pairs]
-        return self.summarise(n_mb, sums, maxima, gap, steps)
-
-    def forward_rows(self, rows):  # zero-advantage rows that no term needs get no forward (they still count)
-        return rows if self.zero_adv else [r for r in rows if r["adv"] != 0.0]
-
-    @torch.no_grad()
-    def score_old(self, mbs):
-        """pi_old by the trainer, every mini-batch before the first step (verl recomputes old_log_prob:
-        verl/trainer/ppo/ray_trainer.py), in the loss's micro-batches and by its formula: the ratio is exactly
-        1 at the first step. Sets row["old_lp"]. -> the engine-vs-trainer gap: sums lp_diff, lp_k3, lp_tokens;
-        lp_diff_max."""
-        gap = {"lp_diff": 0.0, "lp_k3": 0.0, "lp_tokens": 0.0, "lp_diff_max": 0.0}
-        for rows in mbs if self.old_from_trainer and any(t.old for t in self.terms) else []:
-            micro = self.micro_batches(self.forward_rows(rows))
-            pad = (all_max(len(micro), self.ddp) - len(micro)) if self.fsdp else 0  # FSDP: as many gathers
-            for mb in micro + [[self.DUMMY]] * pad:
-                with self.prec():
-                    lp, mask = self.token_logprobs(self.model, mb)
-                if mb[0] is self.DUMMY:
-                    continue
-                for b, r in enumerate(mb):
-                    r["old_lp"] = lp[b, :len(r["response_ids"])].float().tolist()
-                engine_lp = self.padded(mb, "logprobs", lp).float()
-                diff, diff_max, k3, n = logprob_mismatch(lp.float(), engine_lp, mask)
-                gap.update(lp_diff=gap["lp_diff"] + diff, lp_k3=gap["lp_k3"] + k3,
-                           lp_tokens=gap["lp_tokens"] + n, lp_diff_max=max(gap["lp_diff_max"], diff_max))
-        return gap
-
-    def optimizer_step(self, mb, aux_mb, sums, maxima):
-        """One mini-batch: its global counts, its micro-batches' backward, the clipped step; adds the terms'
-        stats to sums and maxima. The gradient norm, so the decision to step, is the same on every rank. ->
-        (grad norm, nan for a non-finite loss on any rank: no step; the relative update size, 0 if none)."""
-        ep_tok = {}  # response tokens per episode within the mini-batch (the "episode" aggregation)
-        for r in mb:
-            ep_tok[r["eid"]] = ep_tok.get(r["eid"], 0) + len(r["response_ids"])
-        counts = reduce_dict({"tokens": sum(ep_tok.values()), "rows": len(mb), "episodes": len(ep_tok),
-                              "aux_tokens": sum(len(r["response_ids"]) for r in aux_mb),
-                              "aux_weight": sum(1.0 / r["n"] for r in aux_mb)}, self.ddp)
-        self.opt.zero_grad(set_to_none=self.fsdp or not self.ddp)  # DDP: grads stay views of its buckets
-        stats = self.loss_terms(self.forward_rows(mb), aux_mb, counts, ep_tok)
-        finite = all_max(int(stats["finite"] < 1), self.ddp) == 0
-        for k in maxima:
-            maxima[k] = max(maxima[k], stats[k])
-        for k in [k for t in self.terms for k in t.stats]:
-            sums[k] += stats[k]
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.grad_clip).item() \
-            if finite else math.nan
-        if not math.isfinite(grad_norm):
-            self.opt.zero_grad(set_to_none=True)
-            return grad_norm, 0.0
-        if grad_norm == 0:  # no signal, no step: Adam would turn a zero gradient into a full-size move
-            return grad_norm, 0.0
-        self.opt.step()
-        return grad_norm, self.update_size()
-
-    def summarise(self, n_mb, sums, maxima, gap, steps):
-        """Over ranks: LOGGED (each term's finish), other term stats (named in "term_stats"), update_rel
-        (summed), skipped (non-finite mini-batches), grad_norm (mean over the steps taken; nan: none) and,
-        when the trainer scored pi_old, the engine-vs-trainer gap (lp_diff_mean, lp_diff_max, lp_kl)."""
-        sums = reduce_dict({**sums, **{k: gap[k] for k in ("lp_diff", "lp_k3", "lp_tokens")}}, self.ddp)
-        maxima = reduce_dict({**maxima, "lp_diff": gap["lp_diff_max"]}, self.ddp, "max")
-        out = dict.fromkeys(LOGGED, 0.0)
-        for t in self.terms:
-            out.update(t.finish(sums, maxima, n_mb, sums["tokens"]))
-        more = [k for k in out if k not in LOGGED]
-        norms = [g for g, _ in steps if math.isfinite(g)]
-        out.update(update_rel=sum(u for _, u in steps), skipped=len(steps) - len(norms),
-                   grad_norm=sum(norms) / len(norms) if norms else math.nan)
-        if self.old_from_trainer:  # how far the engine that sampled is from the trainer that scores
-            n = max(sums["lp_tokens"], 1)
-            out.update(lp_diff_mean=sums["lp_diff"] / n, lp_diff_max=maxima["lp_diff"],
-                       lp_kl=sums["lp_k3"] / n)
-        return {**out, "term_stats": more} if more else out
-
-    def stop(self, update):  # -> (why, checkpoint?) or None
-        """Divergence (non-finite weights, an update beyond --max_update) stops the run with no checkpoint of
-        these weights; --max_bad_steps steps in a row with a non-finite loss (those mini-batches took no step;
-        the weights were just checked finite) stop it with one."""
-        self.bad = self.bad + 1 if update["skipped"] else 0
-        local = [p.to_local() if hasattr(p, "to_local") else p for p in self.policy.parameters()]
-        if all_max(int(not all(torch.isfinite(p).all() for p in local)), self.ddp):
-            return "the weights hold non-finite values (no checkpoint of them written)", False
-        if not update["update_rel"] <= self.cfg.max_update:  # NaN too
-            return (f"the update moved the weights by {update['update_rel']:.3g} of their norm, beyond "
-                    f"--max_update {self.cfg.max_update:g} (no checkpoint of them written)"), False
-        if self.bad >= self.cfg.max_bad_steps:
-            return (f"{self.bad} steps in a row with a non-finite loss (the weights are finite: checkpoint "
-                    "written)"), True
-
-    def update_size(self):  # ||theta_new - theta_old|| / ||theta_old|| (FSDP: shards summed over ranks)
-        sq = reduce_dict(dict(zip(("delta", "theta"), adamw_update_norm(self.opt))), self.fsdp)
-        return math.sqrt(sq["delta"] / max(sq["theta"], 1e-30))
-
-    def token_logprobs(self, model, rows, entropy=False):  # response_logprobs under the run's settings
-        return response_logprobs(model, rows, self.pad_id, self.device, self.cfg.temperature, entropy,
-                                 self.cfg.pack_tokens)
-
-    def micro_batches(self, rows):
-        """Up to --micro_batch rows each: whole packs of rows that share prefixes (plumbing/packing.py), or
-        rows sorted by length (less padding) where none do or --pack_tokens is 0."""
-        mb = self.cfg.micro_batch
-        if self.cfg.pack_tokens and (packed := packed_micro_batches(rows, self.cfg.pack_tokens, mb)):
-            return packed
-        rows = sorted(rows, key=lambda r: len(r["prompt_ids"]) + len(r["response_ids"]))
-        return [rows[i:i + mb] for i in range(0, len(rows), mb)]
-
-    def padded(self, mb, key, like):  # per-row lists of per-token values -> [b, T], as the log-probs `like`
-        out = torch.zeros_like(like)
-        for b, r in enumerate(mb):
-            out[b, :len(r[key])] = torch.as_tensor(r[key], dtype=out.dtype, device=self.device)
-        return out
-
-    def loss_terms(self, rows, aux, counts, ep_tok):
-        """Backward, one micro-batch at a time: the step rows' (when a term reads them), the aux rows', then
-        zero-loss passes up to the most any rank runs. -> this rank's sums of the terms' stats (maxima as
-        maxima) and "finite" (0/1)."""
-        stats = {**{k: 0.0 for t in self.terms for k in (*t.stats, *t.maxima)}, "finite": 1.0}
-        work = [("step", mb) for mb in (self.micro_batches(rows) if self.by_rows["step"] else [])]
-        work += [("aux", mb) for mb in self.micro_batches(aux)] if self.by_rows["aux"] else []
-        work += [("none", [self.DUMMY])] * (all_max(max(len(work), 1), self.ddp) - len(work))
-        for j, (kind, mb) in enumerate(work):
-            # DDP: reduce once, in the last backward
-            skip_sync = self.ddp and not self.fsdp and j < len(work) - 1
-            with self.model.no_sync() if skip_sync else contextlib.nullcontext():
-                with self.prec():  # bf16 compute over the fp32 weights
-                    loss = self.micro_loss(kind, mb, counts, ep_tok, stats)
-                if not torch.isfinite(loss):  # still backward (every rank joins the same reductions); no step
-                    stats["finite"] = 0.0
-                loss.backward()
-        return stats
-
-    def micro_loss(self, kind, mb, counts, ep_tok, stats):
-        """The summed losses of the terms that read `kind` rows (step | aux; none: a zero-loss pass), times
-        world (DDP averages gradients over ranks); adds their stats to `stats`."""
-        batch = None
-        if kind == "none":
-            loss = self.token_logprobs(self.model, mb)[0].sum() * 0.0
-        else:
-            terms = self.by_rows[kind]
-            out = self.token_logprobs(self.model, mb, any(t.entropy for t in terms))  # [b, T] each
-            batch = MicroBatch(self, mb, out[0], out[1], out[2] if len(out) > 2 else None, counts, ep_tok)
-            loss = None
-            for t in terms:
-                part, got = t(batch)
-                loss = part if loss is None else loss + part
-                for k in t.stats:
-                    stats[k] = stats.get(k, 0.0) + got[k]
-                for k in t.maxima:
-                    stats[k] = max(stats.get(k, 0.0), got[k])
-            loss = loss * self.world
-        if self.fsdp and self.ref is not None and (batch is None or batch.ref_scored is None):
-            with torch.no_grad():  # the sharded reference all-gathers in every pass, after the policy
-                self.token_logprobs(self.ref, [self.DUMMY])
-        return loss

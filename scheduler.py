@@ -3,9 +3,7 @@
     sched = make_rule(cfg, task_ids, lengths, seed)  # lengths: expert length L per task (None: no hint yet)
     plan = sched.depths(tasks, step)        # tasks: [{"id", "L", "actions"}] -> plan["n"], plan["r"]
     sched.update(task_ids, p_hat, flags)    # the batch's hinted tasks, in batch order; their p_hat, 0/1 flags
-
-The paper's ablations are one-line branches (--sampling, --lam 0, --sigma_mode fixed, --K); the released
-code's rules, the baselines and the rules beyond the paper subclass G2 (variants/rules.py)."""
+Ablations are one-line branches (--sampling, --lam 0, --sigma_mode fixed, --K); other rules: variants/."""
 import math
 
 import numpy as np
@@ -75,15 +73,14 @@ class G2:
         return {"n": n, "r": [ni / t["L"] if t["L"] else 0.0 for ni, t in zip(n, tasks)], "probe_rollouts": 0}
 
     def update(self, task_ids, p_hat, flags=None):
-        """Step 5. task_ids: the batch's hinted tasks in batch order, never empty (kept_tasks raises on []);
-        p_hat[i], flags[i]: its success rate and kept 0/1 outcomes (None, []: errors only: no move). mu_global
-        += sign(p_target - acc_B) Delta; per cluster in the batch A_k <- (1 - alpha) A_k + alpha mean(p_i),
-        V_k with var(p_i) [ZJU-REAL/Agent-G2 gmsv/alfworld.py _update_scoreboard, update_after_train_batch]"""
+        """Step 5: mu_global += sign(p_target - acc_B) Delta; A_k, V_k: EMAs of mean, var(p_i) by cluster.
+        p_hat[i], flags[i] of the batch's hinted tasks: success rate, kept 0/1 outcomes (None, []: no move)
+        [ZJU-REAL/Agent-G2 gmsv/alfworld.py _update_scoreboard, update_after_train_batch]"""
         if not (kept := kept_tasks(task_ids, p_hat, flags)):
             return None  # nothing kept: nothing moves
         c, ids, p = self.cfg, [task_ids[i] for i in kept], np.array([float(p_hat[i]) for i in kept])
         f = None if flags is None else [np.asarray(flags[i], dtype=float) for i in kept]
-        acc = float(np.concatenate(f).mean()) if f is not None else float(p.mean())
+        acc = self.batch_acc(p, f)  # acc_B
         self.mu_global = float(np.clip(self.mu_global + c.Delta * float(np.sign(c.p_target - acc)), 0.0, 1.0))
         ks = np.array([self.cluster[t] for t in ids])
         for k in np.unique(ks):  # only the clusters with a kept episode in the batch move
@@ -94,6 +91,9 @@ class G2:
 
     def cluster_values(self, p, flags, members):  # what a cluster's A_k / V_k average: its tasks' means
         return p[members]
+
+    def batch_acc(self, p, flags):  # acc_B = mean_i p_i over the kept tasks, as the paper (method §2 step 5)
+        return float(p.mean())
 
     def set_length(self, task_id, L):  # its cluster follows its hint's length (a new or changed hint)
         self.cluster[task_id] = int(np.searchsorted(self.thresholds, float(L), side="left"))
@@ -109,13 +109,13 @@ class G2:
     load_state_dict = load_attrs
 
 
-def kept_tasks(task_ids, p_hat, flags):  # the tasks with a kept episode (a stand-in 0.0 is no failure)
+def kept_tasks(task_ids, p_hat, flags):  # -> indices of the tasks with a kept episode; NaN fails 0 <= p <= 1
     f = flags if flags is not None else [[]] * len(p_hat)
     if len(p_hat) != len(task_ids) or len(f) != len(task_ids) or not task_ids:
         raise ValueError("update needs one success rate and one list of trajectory flags per task")
-    if any(p is None and len(fi) or p is not None and not 0 <= p <= 1 for p, fi in zip(p_hat, f)):  # NaN
+    if [p for p, fi in zip(p_hat, f) if (p is None and len(fi) > 0) or (p is not None and not 0 <= p <= 1)]:
         raise ValueError(f"p_hat must lie in [0, 1]: {p_hat} (or p_hat is None but it has trajectory flags)")
-    return [i for i, p in enumerate(p_hat) if p is not None and (flags is None or len(flags[i]))]
+    return [i for i, p in enumerate(p_hat) if p is not None and (flags is None or len(flags[i]) > 0)]
 
 
 PAPER = {"scheduler": "g2", "cluster_mode": "quantile", "mu_update": "sign", "stats_level": "task",

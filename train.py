@@ -1,6 +1,5 @@
 """Agent-G² training: hint-guided GRPO (+ teacher-forced aux loss on the expert prefix) for ALFWorld /
-WebShop agents. One file, top to bottom: config, distributed setup, tasks and env pool, models + rollout
-engine, the loop, cleanup.
+WebShop agents. One file, top to bottom: config, setup, the update, the loop, cleanup.
 
     python train.py                                        # CPU demo (preset cpu): tiny model, built-in games
     python train.py --scheduler none                       # plain GRPO on the same budget
@@ -8,28 +7,27 @@ engine, the loop, cleanup.
     torchrun --standalone --nproc_per_node=8 train.py --preset paper --model Qwen/Qwen2.5-7B-Instruct \\
         --parallel fsdp
     python train.py --resume auto                          # continue the latest checkpoint in out_dir
-    python train.py --help                                 # every flag
 
 One step: the scheduler picks a depth n_i for each of |B| tasks -> each rank plays R rollouts per task of its
-shard, after the first n_i actions of the task's hint -> group-normalised advantages -> L = L_GRPO + eta *
-L_aux -> AdamW step -> weights synced into the engine -> the scheduler is updated from the batch's success
-rates, gathered from all ranks so every rank holds the same scheduler state.
-"""
+shard after the first n_i actions of the task's hint -> group-normalised advantages -> L = L_GRPO + eta L_aux
+-> AdamW (update_policy) -> weights synced into the engine -> the scheduler updated from the batch's success
+rates, gathered from all ranks. README "Read this first": the method tier; the rest is machinery."""
 import contextlib
+import functools
 import json
 import os
 import sys
 import time
 
-import numpy as np
-
-from plumbing import ckpt
-from config import dump, get_config
+if not sys.stderr.isatty():  # progress bars on a terminal only: a log file keeps the step lines alone
+    os.environ.setdefault("TQDM_DISABLE", "1")  # before any import of tqdm, which reads it then
+from plumbing import ckpt  # noqa: E402
+from config import get_config  # noqa: E402
 
 t_start = time.time()
 # -------------------------------------------------------------- config
 cfg = get_config(description=__doc__)  # parse before envs: the PDDL engine overwrites sys.argv
-from config import check_data, check_model, check_out_dir, model_error  # noqa: E402
+from config import check_data, check_model, check_out_dir  # noqa: E402
 
 check_model(cfg.model)  # one-line errors (exit 2) before any heavy work
 check_data(cfg)
@@ -38,59 +36,38 @@ check_out_dir(cfg, clear=os.environ.get("RANK", "0") == "0")
 import torch  # noqa: E402  (the heavy imports after the one-line checks)
 import torch.distributed as dist  # noqa: E402
 from tqdm import tqdm  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from envs import EnvPool, env_spec  # noqa: E402
-from eval import eval_sets, eval_splits, evals_due, in_loop_eval, write_transcripts  # noqa: E402
-from grpo import Update, lr_at, make_advantage, make_terms, needs_reference  # noqa: E402
+from eval import eval_sets, eval_tasks, evals_due, in_loop_eval, write_transcripts  # noqa: E402
+from grpo import (MicroBatch, batch_counts, forward_rows, lr_at, make_advantage, make_terms,  # noqa: E402
+                  micro_batches, mini_batches, needs_reference, response_logprobs, terms_loss)
 from rollout import (Reply, group_successes, make_engine, make_hints, make_player,  # noqa: E402
                      seed_all, sync_check)
 from scheduler import make_rule  # noqa: E402
 from plumbing.parallel import (  # noqa: E402
-    all_max, autocast, compute_dtype, fsdp2_shard, init_distributed, local_first, same_on_ranks)
-from plumbing.report import end_lines, run_summary, step_line, step_record  # noqa: E402
-from plumbing.tasks import (batch_indices, check_step, cluster_warning, length_table, tasks_for,  # noqa: E402
-                            train_subset)
+    all_max, autocast, cap_memory, compute_dtype, gather_objects, in_batch_order, init_distributed,
+    local_first, load_policy, same_on_ranks, stream_weights, wrap_models)
+from plumbing.lockstep import Ranks, check_terms  # noqa: E402
+from plumbing.report import end_lines, open_log, step_line, step_record, write_summary  # noqa: E402
+from plumbing.tasks import batch_indices, check_step, start_lines, tasks_for, train_subset  # noqa: E402
 from plumbing.tiny import resolve_model  # noqa: E402
 
 # -------------------------------------------------------------- distributed setup
 use_cuda = torch.cuda.is_available() and cfg.device != "cpu"
 ddp, rank, world, local_rank, device = init_distributed(use_cuda)  # LOCAL_RANK -> device, RANK -> data shard
 master = rank == 0  # global rank 0 alone writes logs and checkpoints
-if use_cuda and cfg.mem_cap_gb > 0:  # e.g. 80 on a 141 GB card: what an 80 GB card would leave the trainer
-    torch.cuda.set_per_process_memory_fraction(
-        min(1.0, cfg.mem_cap_gb * 2**30 / torch.cuda.mem_get_info()[1]))
+cap_memory(cfg.mem_cap_gb if use_cuda else 0)  # --mem_cap_gb: what an 80 GB card would leave the trainer
 dtype = compute_dtype(cfg.dtype, use_cuda)  # forward passes; the policy's master weights and AdamW stay fp32
 old_from_trainer = cfg.old_logprobs == "trainer" or (cfg.old_logprobs == "auto" and use_cuda)
 
 seed_all(cfg.seed + rank)  # sampling differs per rank; data order and scheduler use cfg.seed on every rank
-
-
-def gather(obj):
-    """all_gather_object over ranks (identity without DDP) -> list with one entry per rank."""
-    if not ddp:
-        return [obj]
-    out = [None] * world
-    dist.all_gather_object(out, obj)
-    return out
-
-
-def in_batch_order(parts, n):
-    """Every rank's (batch indices, values) -> one list of the n values in batch order."""
-    out = [None] * n
-    for indices, values in parts:
-        for i, v in zip(indices, values):
-            out[i] = v
-    return out
-
+gather = functools.partial(gather_objects, ddp=ddp, world=world)  # obj -> [obj of each rank]
 
 # -------------------------------------------------------------- tasks, hints, env pool (before any CUDA work)
 train_tasks = train_subset(local_first(lambda: tasks_for(cfg, cfg.train_split, verbose=master),
                                        ddp, local_rank),
                            cfg.train_games)  # each node extracts its own cache, once
-cut = lambda ts: [] if cfg.eval_games < 0 else ts[:cfg.eval_games] if cfg.eval_games else ts  # noqa: E731
-val_sets = [(name, cut(tasks_for(cfg, split, verbose=master))) for name, split in eval_splits(cfg)]
-panel = [train_tasks[i] for i in np.random.default_rng(1234).permutation(len(train_tasks))[:cfg.train_panel]]
+val_sets, panel, n_eval = eval_tasks(cfg, train_tasks, master)  # hint-free: each split's games, a train panel
 hints = make_hints(cfg, train_tasks)  # every prefix comes from it: rollout.ExpertSource or variants/hints.py
 reply = Reply(cfg)  # how a reply is read and rewarded (rollout.Reply: its flags)
 advantage = make_advantage(cfg, train_tasks, master)  # grpo.GRPO (paper) or variants/advantages.py's
@@ -102,82 +79,64 @@ def hint_len(hint):  # L: the length of a hint's actions; None without any (play
 
 first_hints = [hints.hint(t) for t in train_tasks]
 lengths = [hint_len(h) for h in first_hints]  # L per training task (None: no hint yet)
-if master:
-    print(length_table(train_tasks))
-    print(f"[hints] {cfg.hint_source}: {sum(L is not None for L in lengths)} of {len(train_tasks)} training "
-          f"tasks start with a hint to replay, {sum(bool(h and h.text) for h in first_hints)} with a text")
-n_eval = max([len(ts) for _, ts in val_sets] + [len(panel)]
-             + [cfg.authors_episodes] * (cfg.eval_protocol != "panel"))
+if master:  # the expert lengths, how many tasks start with a hint; K clusters that leave one empty: a warning
+    print(start_lines(cfg, train_tasks, first_hints, lengths))
 pool = EnvPool(cfg.num_workers, env_spec(cfg))
 
 # -------------------------------------------------------------- models, reference, rollout engine, optimizer
 model_path = local_first(lambda: resolve_model(cfg), ddp, local_rank)  # 'tiny': built once per node
-try:
-    tok = AutoTokenizer.from_pretrained(model_path)
-    # fp32 master weights read straight onto the device (accelerate): no full host copy a rank (30 GB at 7B)
-    policy = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, device_map=device)
-except (OSError, ValueError) as e:  # a hub id that is not reachable (offline, a typo)
-    model_error(cfg.model, e)
+tok, policy = load_policy(cfg, model_path, device)  # fp32 master weights; an unreachable model: one line
 check_step(cfg, tok, train_tasks, n_eval, world)  # |B|, episodes per env worker, prompt budget: one line
-if cfg.grad_ckpt:
-    policy.gradient_checkpointing_enable()
-model, fsdp, ref = policy, ddp and cfg.parallel == "fsdp", None
-# the reference computes as the policy does (KL 0 at step 0): FSDP2 casts both to bf16; DDP and one
-# process use fp32 weights under the same autocast (bf16 weights would keep a bf16 residual stream beside
-# the policy's fp32 one)
-if needs_reference(cfg):  # the pg term's KL (aux_only and the SFT modes have none)
-    ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype if fsdp else torch.float32,
-                                               device_map=device)
-    ref.eval().requires_grad_(False)
-if ddp and not fsdp:  # gradients reduced in place (no second copy); no buffers to broadcast each forward
-    model = torch.nn.parallel.DistributedDataParallel(policy, device_ids=[local_rank] if use_cuda else None,
-                                                      gradient_as_bucket_view=True, broadcast_buffers=False)
-elif fsdp:  # FSDP2: every decoder layer, then the root; the reference too (7B: 15 GB in bf16)
-    fsdp2_shard(policy, ref, dtype)
+fsdp = ddp and cfg.parallel == "fsdp"
+# model: what the forward runs (the DDP wrapper, or the policy itself); ref: the KL's reference, or None
+model, ref = wrap_models(cfg, policy, model_path, device, dtype, ddp, fsdp, use_cuda, local_rank,
+                         needs_reference(cfg))
 seqs = max(-(-cfg.batch_tasks // world) * cfg.group_size, -(-n_eval // world))  # what a rank plays at once
 engine = make_engine(cfg, model_path, tok, device, cfg.seed + rank, seqs)
 opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                         betas=(cfg.beta1, cfg.beta2))
 sched = make_rule(cfg, [t["id"] for t in train_tasks], lengths, cfg.seed, tok)  # G2, or a variant's rule
-warning = cluster_warning(lengths, cfg.K) if cfg.cluster_mode == "quantile" else None
-if master and warning:  # e.g. lengths 4-7 under K = 3: thresholds [6.0, 6.0], a cluster never holds a task
-    print(warning)
 player = make_player(cfg, sched, engine, pool, tok, reply, rank, gather)  # who plays a step's groups
 # saved in every checkpoint, restored on resume, compared across ranks
 run_state = {"sched": sched, "hints": hints}
+checkpoint = functools.partial(ckpt.checkpoint, cfg=cfg, policy=policy, opt=opt, tok=tok, run_state=run_state,
+                               fsdp=fsdp, gather=gather, master=master, ddp=ddp)  # (step, why, redraws, s)
 prec = (lambda: contextlib.nullcontext()) if fsdp else (lambda: autocast(device, dtype))  # FSDP casts itself
 terms = make_terms(cfg, ref)  # the loss terms, chosen once: grpo.py's and variants/losses.py's
-learn = Update(cfg, model, policy, ref, opt, tok, device, world, ddp, fsdp, prec, old_from_trainer, terms)
+by_rows = check_terms(terms)  # {"step": the terms reading step rows, "aux": those reading expert rows}
+score = functools.partial(response_logprobs, pad_id=tok.pad_token_id, device=device,
+                          temperature=cfg.temperature, pack=cfg.pack_tokens)  # (model, rows) -> lp, mask
+old_key, ref_lp = "old_lp" if old_from_trainer else "logprobs", ref and (lambda rows: score(ref, rows)[0])
+ranks = Ranks(cfg, model, policy, ref, terms, score, ddp, fsdp, world, prec, old_from_trainer,
+              {"prompt_ids": [tok.eos_token_id], "response_ids": [tok.eos_token_id]})  # keeps ranks in step
 
 
-def sync_engine():
-    """Stream the policy's weights into the engine, one full tensor at a time (FSDP2: each gathered as it is
-    consumed, so no rank holds a second full copy of the model). -> their sum, which the ranks compare."""
-    total = 0.0
-
-    def tensors():
-        nonlocal total
-        for name, value in policy.state_dict().items():
-            # FSDP2 DTensor: all-gathered
-            value = value.full_tensor() if hasattr(value, "full_tensor") else value
-            total += value.detach().double().sum().item()
-            yield name, value
-    engine.load_weights(tensors())
-    return total
-
-
-def save_checkpoint(step, reason):
-    """Every rank joins the gathers; rank 0 writes (ckpt.py: atomic, keeps the newest keep_ckpts)."""
-    weights, opt_state = ckpt.full_state(policy, opt, fsdp)
-    rng = gather(ckpt.rng_state())
-    if master:
-        state = {name: obj.state_dict() for name, obj in run_state.items()}
-        path = ckpt.save(cfg.out_dir, step, policy, tok, weights, {"opt": opt_state, "rng": rng},
-                         {"step": step, "reason": reason, "state": state, "redraws": redraws,
-                          "wall_s": time.time() - t_start}, cfg, cfg.keep_ckpts)
-        print(f"[ckpt] step {step} -> {path} ({reason})")
-    if ddp:  # nobody exits (torchrun then stops the others) before rank 0 has finished writing
-        dist.barrier()
+def update_policy(rows, aux):
+    """The batch's update, as one process runs it: mini-batches (one AdamW step each, the same cut on 1 GPU or
+    8) -> micro-batches -> log-probs -> the loss terms -> backward -> the clipped optimizer step. `ranks`
+    (plumbing/lockstep.py) keeps ranks in step: global counts, as many passes on every rank, one gradient
+    reduction, world x the loss for DDP's average. -> the logged values (pg, kl, aux, ..., grad_norm)."""
+    n_mb = max(1, -(-ranks.sum(len(rows)) // cfg.ppo_mini_batch)) if cfg.ppo_mini_batch else 1
+    minis = list(zip(mini_batches(rows, n_mb), mini_batches(aux, n_mb)))  # (step rows, aux rows) each
+    tally = ranks.tally(rows, [mb for mb, _ in minis])  # the logged sums; pi_old first if the trainer scores
+    for mb, aux_mb in minis:
+        counts, ep_tok = batch_counts(mb, aux_mb)
+        counts = ranks.total(counts)  # the mini-batch's global counts: what the loss is normalised by
+        opt.zero_grad(set_to_none=ranks.set_to_none)
+        work = [("step", m) for m in micro_batches(forward_rows(mb, terms), cfg)] if by_rows["step"] else []
+        work += [("aux", m) for m in micro_batches(aux_mb, cfg)] if by_rows["aux"] else []
+        stats = tally.new()  # the terms' stats over this mini-batch's micro-batches
+        for kind, micro in ranks.passes(work):  # then zero-loss passes, as many as the busiest rank runs
+            with prec():  # bf16 compute over the fp32 weights
+                lp, mask, *entropy = score(model, micro, entropy=any(t.entropy for t in by_rows[kind]))
+                batch = MicroBatch(micro, lp, mask, (entropy or [None])[0], counts, ep_tok, old_key, ref_lp)
+                loss = terms_loss(by_rows[kind], batch, stats)
+            ranks.backward(loss, batch)  # world x loss; a non-finite loss stops the step on every rank
+        grad_norm = ranks.clip_grad_norm(cfg.grad_clip)  # nan: a loss was not finite, no step
+        if grad_norm > 0:  # zero: no signal, no step (Adam would turn a zero gradient into a full-size move)
+            opt.step()
+        tally.add(stats, grad_norm, ranks.update_size(opt) if grad_norm > 0 else 0.0)
+    return tally.summary(n_mb)
 
 
 # -------------------------------------------------------------- resume
@@ -185,19 +144,9 @@ start_step, redraws, log_mode = 0, 0, "w"
 if cfg.resume:  # weights, AdamW, RNGs and run_state put back (plumbing/ckpt.py)
     start_step, redraws, wall_s = ckpt.resume(cfg, policy, opt, run_state, fsdp, rank, master)
     t_start, log_mode = t_start - wall_s, "a"  # summary.json's wall_s: every process of the run
-    sync_engine()
+    stream_weights(policy, engine)
 
-if master:
-    os.makedirs(cfg.out_dir, exist_ok=True)
-    dump(cfg, os.path.join(cfg.out_dir, "config.json"))
-    if cfg.resume:
-        ckpt.trim_log(os.path.join(cfg.out_dir, "log.jsonl"), start_step, final=start_step >= cfg.steps)
-    log = open(os.path.join(cfg.out_dir, "log.jsonl"), log_mode)
-    wandb_run = None
-    if cfg.wandb:
-        import wandb
-        run_config = json.load(open(os.path.join(cfg.out_dir, "config.json")))
-        wandb_run = wandb.init(project="agent-g2", config=run_config)
+log, wandb_run = open_log(cfg, start_step, log_mode) if master else (None, None)  # config.json too
 ckpt.catch_signals(rank)  # SIGTERM / SIGINT: every rank stops after the current step, with a checkpoint
 
 
@@ -226,12 +175,26 @@ def scheduler_view(tasks, task_hints):
     return view
 
 
+def draw_depths(view, step, probe):
+    """The rule's depths for the step's tasks; a task whose prefix would leave the policy no step (n >=
+    --max_steps) is drawn again, it alone, up to 10 times (a fixed rule draws the same) -> (plan, redraws)"""
+    plan, tries = sched.depths(view, step, probe), 0
+    while tries < 10 and player.plays:
+        if not (over := [i for i, n in enumerate(plan["n"]) if n >= cfg.max_steps]):
+            break
+        again, tries = sched.depths(view, step, probe), tries + 1
+        for i in over:
+            plan["n"][i], plan["r"][i] = again["n"][i], again["r"][i]
+        plan["probe_rollouts"] += again["probe_rollouts"]
+    return plan, tries
+
+
 # -------------------------------------------------------------- the loop
 if start_step == 0:
     run_eval(0)
 stopped = False
-bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, disable=not master,
-           desc="train", dynamic_ncols=True)
+bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, desc="train", dynamic_ncols=True,
+           disable=not (master and sys.stderr.isatty()))  # a bar on a terminal; a log file gets the lines alone
 for step in bar:
     t0 = time.time()
     lr = lr_at(step, cfg.lr, cfg.steps, cfg.warmup_frac, cfg.lr_schedule)
@@ -244,12 +207,8 @@ for step in bar:
     mine = list(range(rank, len(tasks), world))  # this rank's shard of the batch
     my_tasks, my_hints = [tasks[i] for i in mine], [task_hints[i] for i in mine]
     t_sched, probe = time.time(), player.prober(step, my_tasks, my_hints, mine)  # None unless the rule probes
-    plan = sched.depths(view, step, probe)
-    for _ in range(10):  # no task may leave the policy no step: re-draw (bounded: a schedule may be fixed)
-        if not player.plays or all(n < cfg.max_steps for n in plan["n"]):
-            break
-        redraws += 1
-        plan = sched.depths(view, step, probe)
+    plan, tries = draw_depths(view, step, probe)  # {"n": depth per task, "r": its ratio, "probe_rollouts"}
+    redraws += tries
     t_probe = player.stats.get("t_total", 0.0)  # probe rules play their groups in step 1
     t_sched = time.time() - t_sched - t_probe
     # 2. rollouts of this rank's shard: R per task after the first n actions of its hint
@@ -258,7 +217,7 @@ for step in bar:
     t_roll = time.time() - t1
     # 3. every rank's successes -> one scheduler update (hinted tasks); the hint source learns from all
     flags = in_batch_order(gather((mine, group_successes(out, len(mine)))), len(tasks))  # 0/1 per episode
-    p_hat = [sum(f) / len(f) if f else None for f in flags] if player.plays else [float("nan")] * len(tasks)
+    p_hat = [sum(f) / len(f) if f and player.plays else None for f in flags]  # None: no kept outcome
     if hinted := [i for i, v in enumerate(view) if v["L"] and player.plays]:
         sched.update([tasks[i]["id"] for i in hinted], [p_hat[i] for i in hinted], [flags[i] for i in hinted])
     moved = hints.observe([e for part in gather([{k: e[k] for k in ("task_id", "won", "error", "played")}
@@ -270,19 +229,19 @@ for step in bar:
     n_zero, n_groups = advantage(rows, out["episodes"]) if out["episodes"] else (0, 0)
     model.train()
     engine.sleep_mode(True)  # --vllm_sleep (GPU): free the engine's memory during the update
-    update = learn.batch(rows, out["aux"])  # the batch's optimizer steps (several with --ppo_mini_batch)
-    if stop := learn.stop(update):  # divergence (non-finite weights, an update beyond --max_update): no
+    update = update_policy(rows, out["aux"])  # the batch's optimizer steps (several with --ppo_mini_batch)
+    if stop := ranks.stop(update):  # divergence (non-finite weights, an update beyond --max_update): no
         if stop[1]:  # checkpoint; --max_bad_steps non-finite losses in a row (no step taken): one
-            save_checkpoint(step, "non-finite loss")
+            checkpoint(step, "non-finite loss", redraws, time.time() - t_start)
         sys.exit(f"error: step {step}: {stop[0]}; stopped")
     model.eval()
     t_train = time.time() - t2
     # 5. weight sync into the rollout engine, checked on one row; every rank must hold the same state
     t3 = time.time()
     engine.sleep_mode(False)
-    weight_sum = sync_engine()
+    weight_sum = stream_weights(policy, engine)
     t_sync = time.time() - t3
-    sync_err = sync_check(engine, model, (rows or out["aux"] or [learn.DUMMY])[0], tok.pad_token_id,
+    sync_err = sync_check(engine, model, (rows or out["aux"] or [ranks.dummy])[0], tok.pad_token_id,
                           device, cfg, step, prec)
     consist = same_on_ranks(gather((weight_sum, json.dumps({k: v.state_dict() for k, v in run_state.items()},
                                                            sort_keys=True))), step)  # else: one line, stop
@@ -290,15 +249,17 @@ for step in bar:
     mem_peak_gb = torch.cuda.max_memory_allocated() / 2**30 if use_cuda else None
     times = {"t_rollout": t_roll, "t_probe": t_probe, "t_train": t_train, "t_sync": t_sync,
              "t_sched": t_sched, "mem_peak_gb": mem_peak_gb}
-    rec = step_record(step, lr, p_hat, gather((n_zero, n_groups)), update, plan, sched.stats(),
-                      (view, task_hints, moved), redraws, sync_err, consist, times, t0,
-                      gather((out["stats"], player.stats, len(out["episodes"]), len(err))), tasks)
+    per_rank = gather({"zero_adv_groups": n_zero, "groups": n_groups, "rollout": out["stats"],
+                       "probe": player.stats, "episodes": len(out["episodes"]), "errors": len(err)})
+    rec = step_record(step=step, lr=lr, tasks=tasks, p_hat=p_hat, plan=plan, sched_stats=sched.stats(),
+                      update=update, view=view, task_hints=task_hints, moved=moved, redraws=redraws,
+                      sync_err=sync_err, consist=consist, times=times, t0=t0, per_rank=per_rank)
     rec |= advantage.stats()  # the estimator's own figures (none for GRPO)
     if master:  # a mini-batch skipped for a non-finite loss: a warning on the step line
         log.write(json.dumps(rec, default=lambda o: o.item() if hasattr(o, "item") else str(o)) + "\n")
         log.flush()
         bar.write(step_line(rec) + (f" | [warn] non-finite loss: {update['skipped']} mini-batch(es) skipped, "
-                                    f"{learn.bad} step(s) in a row" if learn.bad else ""))
+                                    f"{ranks.bad} step(s) in a row" if ranks.bad else ""))
         if any(evals_due(cfg, step)):  # two training episodes (rank 0's) at each evaluation step
             write_transcripts(f"{cfg.out_dir}/transcripts/step{step:06d}_train.txt", out, tok, 2)
         if wandb_run:
@@ -308,19 +269,15 @@ for step in bar:
         run_eval(step + 1)
     stopped = all_max(int(ckpt.stop_requested()), ddp) > 0
     if stopped or (cfg.ckpt_every and (step + 1) % cfg.ckpt_every == 0) or step + 1 == cfg.steps:
-        save_checkpoint(step + 1, "signal" if stopped else "periodic")
+        checkpoint(step + 1, "signal" if stopped else "periodic", redraws, time.time() - t_start)
     if stopped:
         break
 
 # -------------------------------------------------------------- cleanup
 if not stopped:  # the all-reduced decision: a signal arriving after it changes nothing on any rank
     run_eval(cfg.steps)
-    if master:  # the run's small record: what run_all.sh keeps and `eval.py table` reads
-        summary = {k: v for k, v in run_summary(cfg.out_dir, wall_s=time.time() - t_start).items()
-                   if k != "run"}
-        json.dump(summary, open(os.path.join(cfg.out_dir, "summary.json"), "w"), indent=1,
-                  default=lambda o: o.item() if hasattr(o, "item") else str(o))
-        print(end_lines(summary, cfg.out_dir))
+    if master:  # summary.json, the run's small record: what run_all.sh keeps and `eval.py table` reads
+        print(end_lines(write_summary(cfg.out_dir, time.time() - t_start), cfg.out_dir))
 pool.close()
 if master:
     log.close()

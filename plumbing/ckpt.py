@@ -1,6 +1,10 @@
 """Checkpoints of train.py: one Hugging Face directory per checkpoint, written atomically,
 read back on resume.
 
+Contract. checkpoint(step, reason, ...) writes ckpt_<step> atomically (a crash leaves a .tmp, never listed);
+resume(cfg, ...) puts back weights, AdamW, every rank's RNGs and the run state: the resumed run's records
+equal an uninterrupted run's (tests/test_train.py). Non-finite weights are never written.
+
     out_dir/ckpt_000020/   config.json, generation_config.json, model.safetensors, tokenizer files
                            (a plain HF checkpoint: loads in transformers and vLLM)
                            trainer.pt   {"opt": optimizer state,
@@ -72,6 +76,22 @@ def save(out_dir, step, policy, tok, weights, trainer, state, cfg, keep):
     for d in others[:max(0, len(others) - (keep - 1))] if keep > 0 else []:
         shutil.rmtree(d, ignore_errors=True)
     return final
+
+
+def checkpoint(step, reason, redraws, wall_s, cfg, policy, opt, tok, run_state, fsdp, gather, master, ddp):
+    """train.py's checkpoint: every rank joins the gathers (FSDP2's shards, the RNG states); rank 0 writes
+    (save: atomic, keeps the newest --keep_ckpts) the weights, AdamW, every rank's RNGs, run_state's
+    state_dicts, the re-draw count and the run's seconds so far."""
+    weights, opt_state = full_state(policy, opt, fsdp)
+    rng = gather(rng_state())
+    if master:
+        state = {name: obj.state_dict() for name, obj in run_state.items()}
+        path = save(cfg.out_dir, step, policy, tok, weights, {"opt": opt_state, "rng": rng},
+                    {"step": step, "reason": reason, "state": state, "redraws": redraws, "wall_s": wall_s},
+                    cfg, cfg.keep_ckpts)
+        print(f"[ckpt] step {step} -> {path} ({reason})")
+    if ddp:  # nobody exits (torchrun then stops the others) before rank 0 has finished writing
+        torch.distributed.barrier()
 
 
 def complete(d):

@@ -2,6 +2,9 @@
 pieces), the built-in set shipped in data/alfworld_builtin.tar.gz, and the loader of a split (`load_tasks`:
 the built-in set or the official games in $ALFWORLD_DATA/json_2.1.1), which envs.py's ALFWorld entry serves.
 
+Contract. load_tasks(split) -> [{"id", "gamefile", "task_type", "goal", "walkthrough", "L"}]: games the real
+ALFWorld engine plays, each walkthrough the hand-coded expert's solution (a game is kept only once solved).
+
     python envs.py make-games --split train --n 200 --seed 0 --out DIR # ALFWorld-format games, offline
     python envs.py make-builtin                                         # rebuild data/alfworld_builtin.tar.gz
     python envs.py stats                                                # split sizes + expert lengths

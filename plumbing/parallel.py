@@ -1,6 +1,10 @@
 """Distributed setup and precision for train.py: process groups, fp32 master weights under bf16 compute, and
 the per-rank memory arithmetic of the GPU presets.
 
+Contract. all_max / all_sum / reduce_dict / gather_objects: the value over ranks (the value itself alone);
+same_on_ranks stops the run with one line naming the first difference when ranks disagree; stream_weights
+feeds the engine every tensor of the policy, whole, one at a time; autocast: bf16 compute over fp32 weights.
+
     ddp, rank, world, local_rank, device = init_distributed(use_cuda)   # torchrun env -> process group
     ctx = autocast(device, compute_dtype)                                 # bf16 forward over fp32 weights
     python -m plumbing.parallel memory                                    # the memory table of docs/gpu.md
@@ -42,6 +46,13 @@ def init_distributed(use_cuda):
             f"cuda:{local_rank}" if use_cuda else "cpu")
 
 
+def cap_memory(gb):
+    """Cap this process's CUDA memory at `gb` GiB (e.g. 80 on a 141 GB card: what an 80 GB card would leave
+    the trainer); 0: no cap."""
+    if gb > 0:
+        torch.cuda.set_per_process_memory_fraction(min(1.0, gb * 2**30 / torch.cuda.mem_get_info()[1]))
+
+
 def local_first(fn, ddp, local_rank):
     """Run fn on each node's local rank 0 first (it fills node-local caches),
     then on the node's other ranks."""
@@ -79,6 +90,40 @@ def reduce_dict(values, ddp, op="sum"):
     return dict(zip(keys, t.tolist()))
 
 
+def gather_objects(obj, ddp=False, world=1):
+    """all_gather_object over ranks -> a list with one entry per rank ([obj] without a process group)."""
+    if not ddp:
+        return [obj]
+    out = [None] * world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def in_batch_order(parts, n):
+    """Every rank's (batch indices, values) -> one list of the n values in batch order."""
+    out = [None] * n
+    for indices, values in parts:
+        for i, v in zip(indices, values):
+            out[i] = v
+    return out
+
+
+def stream_weights(policy, engine):
+    """Stream the policy's weights into the rollout engine, one full tensor at a time (FSDP2: each gathered
+    as it is consumed, so no rank holds a second full copy of the model). -> their sum, which the ranks
+    compare."""
+    total = 0.0
+
+    def tensors():
+        nonlocal total
+        for name, value in policy.state_dict().items():
+            value = value.full_tensor() if hasattr(value, "full_tensor") else value  # FSDP2 DTensor: gathered
+            total += value.detach().double().sum().item()
+            yield name, value
+    engine.load_weights(tensors())
+    return total
+
+
 def compute_dtype(name, use_cuda):
     """--dtype: the compute dtype of the forward passes (the policy's master weights stay fp32)."""
     if name == "auto":
@@ -92,6 +137,41 @@ def autocast(device, dtype):
     if dtype == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast(device.split(":")[0], dtype=dtype)
+
+
+def load_policy(cfg, model_path, device):
+    """-> (tokenizer, policy): fp32 master weights read straight onto the device (accelerate: no host copy
+    a rank, 30 GB at 7B); a hub id that is not reachable (offline, a typo): one line, exit 2."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from config import model_error
+    try:
+        return (AutoTokenizer.from_pretrained(model_path),
+                AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, device_map=device))
+    except (OSError, ValueError) as e:
+        model_error(cfg.model, e)
+
+
+def wrap_models(cfg, policy, model_path, device, dtype, ddp, fsdp, use_cuda, local_rank, with_ref):
+    """--grad_ckpt; the reference (with_ref), which computes as the policy does (KL 0 at step 0): FSDP2 casts
+    both to bf16, DDP and one process use fp32 weights under the same autocast (bf16 weights would keep a bf16
+    residual stream beside the policy's fp32 one); then DDP (gradients reduced in place, no second copy; no
+    buffers broadcast each forward) or FSDP2 (every decoder layer, then the root; the reference too: 7B, 15 GB
+    in bf16). -> (model: what the forward runs, the DDP wrapper or the policy; ref or None)."""
+    from transformers import AutoModelForCausalLM
+    if cfg.grad_ckpt:
+        policy.gradient_checkpointing_enable()
+    model, ref = policy, None
+    if with_ref:
+        ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype if fsdp else torch.float32,
+                                                   device_map=device)
+        ref.eval().requires_grad_(False)
+    if ddp and not fsdp:
+        model = torch.nn.parallel.DistributedDataParallel(
+            policy, device_ids=[local_rank] if use_cuda else None, gradient_as_bucket_view=True,
+            broadcast_buffers=False)
+    elif fsdp:
+        fsdp2_shard(policy, ref, dtype)
+    return model, ref
 
 
 def fsdp2_shard(policy, ref, dtype):

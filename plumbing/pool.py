@@ -5,6 +5,11 @@ library, so os.fork is the one way to copy it). A worker that dies is restarted;
 rest of the batch goes on. Every worker, and every episode it forks, ends when its parent does, however the
 parent dies (die_with_parent); a worker holds at most MAX_LIVE live episodes.
 
+Contract. EnvPool(num_workers, spec): run(requests) -> one answer per request, in order ("reset" with the
+prefix to replay, "step" with an action, "close"); send / poll the same, without waiting (--overlap).
+Promises: an episode's answers are what the environment itself gives (forking a replayed prefix changes none);
+a worker's death loses its episodes alone (their answers say so); no worker outlives the process that made it.
+
     pool = EnvPool(num_workers, envs.env_spec(cfg))
     results = pool.run([("reset", eid, gamefile, prefix), ("step", eid, action), ("close", eid), ...])
     pool.send(requests); pool.poll(wait)   # --overlap: several sends in flight, answers as workers give them

@@ -1,6 +1,9 @@
 """Reading runs back: the step line, the run summary (last and best evaluation), the tables and the dynamics
 figure.
 
+Contract. step_record(named values) -> the step's record, the same on every rank (log.jsonl); step_line(rec)
+-> the one dense line; everything else reads runs back and writes nothing but tables and figures.
+
     python eval.py table RUN_DIR...                     # Markdown: one row per method, mean ± std over seeds
     python eval.py dynamics RUN_DIR... [--out PNG]      # the training-dynamics figure and three tables
 
@@ -13,8 +16,24 @@ import re
 
 import numpy as np
 
-from config import METHODS
+from config import METHODS, dump
 from plumbing.tables import mean_std, regime_tables, wilson
+
+
+def open_log(cfg, start_step, mode):
+    """Rank 0's outputs, opened: the full config to <out_dir>/config.json, log.jsonl (mode "a" on resume, cut
+    back to the checkpoint's step first), wandb's run when --wandb. -> (log file, wandb run or None)."""
+    from plumbing.ckpt import trim_log
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    dump(cfg, os.path.join(cfg.out_dir, "config.json"))
+    if cfg.resume:
+        trim_log(os.path.join(cfg.out_dir, "log.jsonl"), start_step, final=start_step >= cfg.steps)
+    log = open(os.path.join(cfg.out_dir, "log.jsonl"), mode)
+    if not cfg.wandb:
+        return log, None
+    import wandb
+    run_config = json.load(open(os.path.join(cfg.out_dir, "config.json")))
+    return log, wandb.init(project="agent-g2", config=run_config)
 
 
 def step_line(rec):
@@ -35,37 +54,39 @@ def step_line(rec):
             f"sync {rec['t_sync']:.2f}s")
 
 
-def step_record(step, lr, p_hat, zero, update, plan, sched, hinted, redraws, sync_err, consist, times, t0,
-                outs, tasks=()):
-    """train.py's log record of a step (log.jsonl; the step line's source), the same on every rank (gathered
-    lists). p_hat: the batch's task success rates (None: every episode errored; NaN: no play); tasks: the
-    batch's tasks in that order (by_type: {task_type: [all-0 groups, groups, mean success]}); zero: per rank
-    (zero-advantage groups, groups); update: learn.batch's output; plan, sched: the scheduler's plan and
-    stats(); hinted: (the scheduler's view of the batch, its hints, the task ids whose hint the step moved:
-    observe()); outs: per rank (rollout stats, probe stats, episodes, error episodes); consist: per rank
-    (weight sum, run-state JSON); times: t_* seconds; t0: the step's start (time.time())."""
+def step_record(*, step, lr, tasks, p_hat, plan, sched_stats, update, view, task_hints, moved, redraws,
+                sync_err, consist, times, t0, per_rank):
+    """train.py's log record of a step (log.jsonl; the step line's source), the same on every rank. tasks,
+    p_hat: the batch's tasks and success rates in batch order (None: no kept outcome, every episode lost to an
+    error or no play); plan, sched_stats: the rule's plan and stats(); update: the update's logged values;
+    view, task_hints: what the rule saw of the batch, its hints; moved: the task ids whose hint the step moved
+    (observe()); consist: per rank (weight sum, run-state JSON); times: t_* seconds; t0: the step's start;
+    per_rank: per rank {"zero_adv_groups", "groups", "rollout" (rollout stats), "probe" (probe stats),
+    "episodes", "errors"}. by_type in the record: {task_type: [all-0 groups, groups, mean success]}."""
     import time
-    p_kept = [p for p in p_hat if p is not None and p == p]
+    p_kept = [p for p in p_hat if p is not None]
     mean = lambda xs: float(np.mean(xs)) if p_kept else None  # noqa: E731
-    stats, probe_stats = [o[0] for o in outs], [o[1] for o in outs]
+    stats, probe_stats = [r["rollout"] for r in per_rank], [r["probe"] for r in per_rank]
     total = lambda key, parts_: sum(x.get(key, 0) for x in parts_)  # noqa: E731
     by_type = collections.defaultdict(list)  # task type -> the p_hat of its played groups
     for p, t in zip(p_hat, tasks):
-        if p is not None and p == p:
+        if p is not None:
             by_type[t["task_type"]].append(p)
     return {"step": step, "lr": lr, "success": mean(p_kept),
             "in_band": mean([0.4 <= p <= 0.6 for p in p_kept]),
             "all0": mean([p == 0 for p in p_kept]), "all1": mean([p == 1 for p in p_kept]),
             "by_type": {k: [sum(p == 0 for p in v), len(v), float(np.mean(v))]
                         for k, v in sorted(by_type.items())},
-            "zero_adv_groups": sum(z for z, _ in zero), "groups": sum(g for _, g in zero),
-            **update, "stepped": update["update_rel"] > 0, "error_episodes": sum(o[3] for o in outs),
+            "zero_adv_groups": sum(r["zero_adv_groups"] for r in per_rank),
+            "groups": sum(r["groups"] for r in per_rank),
+            **update, "stepped": update["update_rel"] > 0,
+            "error_episodes": sum(r["errors"] for r in per_rank),
             "mean_n": float(np.mean(plan["n"])), "mean_r": float(np.mean(plan["r"])),
-            "hinted": sum(v["L"] is not None for v in hinted[0]),  # tasks with a hint to replay
-            "text_hints": sum(bool(h and h.text) for h in hinted[1]),  # tasks with a text hint
-            "hints_moved": len(hinted[2]),  # tasks whose next hint this step's episodes changed
-            **sched,  # the scheduler's stats() whole: a new statistic is logged without a line here
-            "rollouts": sum(o[2] for o in outs),  # trained on (|B| R); the probes' extra rollouts:
+            "hinted": sum(v["L"] is not None for v in view),  # tasks with a hint to replay
+            "text_hints": sum(bool(h and h.text) for h in task_hints),  # tasks with a text hint
+            "hints_moved": len(moved),  # tasks whose next hint this step's episodes changed
+            **sched_stats,  # the scheduler's stats() whole: a new statistic is logged without a line here
+            "rollouts": sum(r["episodes"] for r in per_rank),  # trained on (|B| R); the probes' extra ones:
             "probe_rollouts": plan["probe_rollouts"],
             "rollouts_played": total("rollouts", stats) + total("rollouts", probe_stats),
             "tokens": total("gen_tokens", stats) + total("gen_tokens", probe_stats),
@@ -298,6 +319,15 @@ def eval_label(key):
     name = "authors' draw on " + name[len("authors_"):] if name.startswith("authors_") else name
     return (name.replace("train_panel", "train panel")
             + (" sampled" if key.endswith("_sampled") else " greedy"))
+
+
+def write_summary(out_dir, wall_s):
+    """run_summary of a finished run (with its seconds and host), less the run's path, to summary.json. ->
+    that summary."""
+    summary = {k: v for k, v in run_summary(out_dir, wall_s=wall_s).items() if k != "run"}
+    json.dump(summary, open(os.path.join(out_dir, "summary.json"), "w"), indent=1,
+              default=lambda o: o.item() if hasattr(o, "item") else str(o))
+    return summary
 
 
 def end_lines(summary, out_dir):

@@ -1,6 +1,9 @@
 """Run state as JSON: what the scheduler and the hint source save in every checkpoint (numpy arrays and
 int-keyed dicts keep their types), and what train.py compares across ranks. numpy only.
 
+Contract. encode_state(obj) -> JSON-able; decode_state gives back equal values with their types (numpy
+arrays, int keys): a checkpointed rule resumes bit for bit.
+
     sd = encode_state(obj_state, "scheduler")   # JSON-able
     obj_state = decode_state(sd)
 """

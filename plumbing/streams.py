@@ -1,6 +1,10 @@
 """Sampling streams (--sample_streams episode, docs/running.md): the seed of each episode's turn from its key,
 and the HF engine's per-row sampling. rollout.py draws each turn's seed here; vLLM takes it as a per-request
-SamplingParams.seed, the HF engine through RowStreams."""
+SamplingParams.seed, the HF engine through RowStreams.
+
+Contract. stream_seed(*key, turn) -> a seed in [0, 2^63), a pure function of the episode's key and turn: an
+episode's samples do not depend on what shares its engine call.
+"""
 import hashlib
 
 import torch

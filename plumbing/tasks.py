@@ -2,6 +2,10 @@
 subset, the batch order, the checks of a step's size, and a warning for length clusters that can never hold a
 task.
 
+Contract. tasks_for(cfg, split) -> the split's tasks; batch_indices(step, B, n, seed): the step's |B| task
+indices, a pure function of its arguments (the same on every rank and on resume); check_step: a step that
+cannot run is a one-line error before any model loads.
+
     tasks = tasks_for(cfg, "train")   # [{"id", "gamefile", "task_type", "goal", "walkthrough", "L"
                                       #   (, "thinks")}]
     # the step's |B| tasks: a pure function of the step (resume)
@@ -73,6 +77,16 @@ def check_step(cfg, tok, tasks, n_eval, world):
         fail(f"--max_prompt_tokens {cfg.max_prompt_tokens} is below the shortest prompt this run can build "
              f"({floor} tokens: its shortest goal with no room, history, observation or actions); every "
              "prompt would be cut")
+
+
+def start_lines(cfg, tasks, hints, lengths):
+    """train.py's start-up lines: the training tasks' expert lengths (length_table), how many start with a
+    hint to replay and with a text, and cluster_warning's line under quantile clusters (if any)."""
+    lines = [length_table(tasks),
+             f"[hints] {cfg.hint_source}: {sum(L is not None for L in lengths)} of {len(tasks)} training "
+             f"tasks start with a hint to replay, {sum(bool(h and h.text) for h in hints)} with a text"]
+    warning = cluster_warning(lengths, cfg.K) if cfg.cluster_mode == "quantile" else None
+    return "\n".join(lines + ([warning] if warning else []))
 
 
 def cluster_warning(lengths, K):

@@ -1,6 +1,10 @@
 """vLLM's log noise: the notices of vLLM 0.32's CPU build that ask nothing of a user of this repo, and the
 filter that drops them (--vllm_log quiet, the default; rollout.make_engine calls quiet_vllm before vLLM's
 first import).
+
+
+Contract. quiet_vllm() before vLLM's first import: only the notices listed here are dropped; every warning
+or error that asks something of the user still shows.
 """
 import logging
 import warnings

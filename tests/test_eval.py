@@ -578,3 +578,19 @@ def test_tables_give_the_sample_std_over_seeds_and_the_base_on_every_seed():
     md = regime_tables(rows)
     assert "| SFT base (step 0) | 2 | 37.5 ± 0.0 | 75.0 ± 0.0 | 0.0 ± 0.0 | 37.5 ± 0.0 |" in md  # greedy
     assert "| SFT base (step 0) | 2 | 37.5 ± 17.7 | 75.0 ± 35.4 | 0.0 ± 0.0 | 37.5 ± 17.7 |" in md  # sampled
+
+
+def test_transcripts_show_the_action_the_rollout_played(tmp_path):
+    """write_transcripts prints each row's action as the rollout read and played it (row["action"]), not a fresh parse
+    of the reply: under a reply rule that lower-cases (--parse_lower, the authors' projection) the reply
+    "<action>Go To Desk 1</action>" was played as "go to desk 1"."""
+    from types import SimpleNamespace
+    from eval import write_transcripts
+    tok = SimpleNamespace(decode=lambda ids, skip_special_tokens=False: "prompt")
+    out = {"episodes": [{"eid": 7, "task_id": "t", "n": 0, "won": False, "reward": 0.0, "steps": 1, "invalid": 0,
+                         "error": None}],
+           "rows": [{"eid": 7, "t": 0, "prompt_ids": [1], "response_ids": [2], "valid": True,
+                     "text": "<action>Go To Desk 1</action>", "action": "go to desk 1"}]}
+    write_transcripts(str(tmp_path / "t.txt"), out, tok, 1)
+    text = open(tmp_path / "t.txt").read()
+    assert "--- action: 'go to desk 1' valid True" in text and "'Go To Desk 1'" not in text

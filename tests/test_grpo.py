@@ -1,13 +1,14 @@
 """grpo.py on toy tensors: the sign of the update, the trie mask, every loss aggregation, zero-variance groups,
-error episodes, clipping and the KL term (no model, no environment); then the update (grpo.Update) and its loss
-terms (grpo.PolicyTerm, AuxTerm, variants/losses.py, README's own term) on the tiny model and a fixed batch."""
+error episodes, clipping and the KL term (no model, no environment); then the update (train.py's update_policy) and its
+loss terms (grpo.PolicyTerm, AuxTerm, variants/losses.py, README's own term) on the tiny model and a fixed batch."""
 import math
 
 import pytest
 import torch
 
-from grpo import (FREE, adamw_update_norm, agg_weights, group_advantages, logprob_mismatch, lr_at, pad_options,
-                  policy_loss, row_advantages, token_logprobs, trie_options)
+from grpo import (FREE, agg_weights, group_advantages, lr_at, pad_options, policy_loss, row_advantages,
+                  token_logprobs, trie_options)
+from plumbing.lockstep import adamw_update_norm, logprob_mismatch
 
 
 def test_group_advantages_sign_and_zero_variance():
@@ -447,7 +448,7 @@ def test_entropy_from_the_scaled_logits_has_the_gradient_of_the_plain_formula():
         assert torch.equal(token_logprobs_entropy(z.detach().float(), t, options, 0.7)[0], lp_only)
 
 
-# ---- the update on the tiny model: grpo.Update and its loss terms
+# ---- the update on the tiny model: train.py's update_policy and its loss terms
 ACTS = ["go to desk 1", "take mug 1 from desk 1", "look", "inventory", "open drawer 2", "examine desk 1"]
 
 
@@ -478,15 +479,15 @@ def fixed_batch(tok, advs=(1.5, -0.5, 0.0, -0.5, 0.7, -0.7, 0.0, 0.0), n_aux=3):
 
 
 def learner(tiny, argv, trainer=False, terms=None):
-    """(Update over a fresh copy of the tiny model with the config of argv, that copy)."""
+    """(train.py's update_policy over a fresh copy of the tiny model with the config of argv, that copy)."""
     import copy
     from config import get_config
-    from grpo import Update
+    from train_update import Learner
     model, tok = tiny
     cfg = get_config(["--preset", "cpu_pick2", *argv])
     m = copy.deepcopy(model)
     opt = torch.optim.AdamW(m.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(cfg.beta1, cfg.beta2))
-    return Update(cfg, m, m, None, opt, tok, "cpu", old_from_trainer=trainer, terms=terms), m
+    return Learner(cfg, m, opt, tok, terms=terms, trainer=trainer), m
 
 
 def moved(m, tiny):
@@ -583,19 +584,24 @@ def test_make_terms_picks_each_term_from_its_flag():
 
 
 def test_the_update_reads_no_loss_setting():
-    """Update's methods read the config's batching fields (rows per micro-batch and mini-batch, rows packed per
-    forward), the clip and the temperature, and the stop's two bounds (Update.stop): which terms run, with which
-    weights, was decided once by make_terms (and the variant terms' constructors)."""
+    """The update (train.py's update_policy, the rank wrapper plumbing/lockstep.py:Ranks and grpo.py's micro_batches)
+    reads the config's batching fields (rows per micro-batch and mini-batch, rows packed per forward), the clip and
+    the stop's two bounds (Ranks.stop); the temperature is bound once in train.py's `score`: which terms run, with
+    which weights, was decided once by make_terms (and the variant terms' constructors)."""
     import ast
     import os
-    tree = ast.parse(open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "grpo.py")).read())
-    update = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Update")
-    read = {n.attr for n in ast.walk(update) if isinstance(n, ast.Attribute) and
+    root = os.path.dirname(os.path.dirname(__file__))
+
+    def unit(path, name):
+        tree = ast.parse(open(os.path.join(root, path)).read())
+        return next(n for n in tree.body if getattr(n, "name", None) == name)
+    parts = [unit("train.py", "update_policy"), unit("plumbing/lockstep.py", "Ranks"),
+             unit("plumbing/lockstep.py", "Tally"), unit("grpo.py", "micro_batches")]
+    read = {n.attr for part in parts for n in ast.walk(part) if isinstance(n, ast.Attribute) and
             (isinstance(n.value, ast.Name) and n.value.id == "cfg" or
              isinstance(n.value, ast.Attribute) and n.value.attr == "cfg")}
-    assert read == {"ppo_mini_batch", "micro_batch", "pack_tokens", "grad_clip", "temperature", "max_update",
-                    "max_bad_steps"}, read
-    assert not [n for n in ast.walk(update) if isinstance(n, ast.Name) and n.id == "getattr"]
+    assert read == {"ppo_mini_batch", "micro_batch", "pack_tokens", "grad_clip", "max_update", "max_bad_steps"}, read
+    assert not [n for part in parts for n in ast.walk(part) if isinstance(n, ast.Name) and n.id == "getattr"]
 
 
 def test_terms_with_the_same_stat_name_are_refused(tiny):
@@ -649,7 +655,7 @@ def readme_term(tmp_path, monkeypatch):
 
 
 def test_the_readme_loss_term_runs_as_one_file(tiny, tmp_path, monkeypatch):
-    """The README's term, selected with --loss_terms: built by make_terms, its stat in Update.batch's output (so in
+    """The README's term, selected with --loss_terms: built by make_terms, its stat in update_policy's output (so in
     log.jsonl) and on the step line, with no edit to grpo.py, train.py or plumbing/report.py."""
     import sys
     from plumbing.report import step_line
@@ -753,7 +759,7 @@ def test_packed_rows_score_as_one_row_a_sequence(tiny):
 @pytest.mark.parametrize("argv", [[], ["--entropy_coef", "0.01", "--kl_coef", "0.01", "--ppo_mini_batch", "5",
                                        "--dual_clip", "3", "--aux_agg", "prefix-mean", "--micro_batch", "4"]])
 def test_the_update_is_the_same_with_rows_packed(tiny, argv):
-    """Update.batch on a fixed batch whose rows share prefixes, --pack_tokens 0 (one padded sequence a row) and
+    """update_policy on a fixed batch whose rows share prefixes, --pack_tokens 0 (one padded sequence a row) and
     512: every logged term (1e-6 relative, or 1e-7 absolute for terms that cancel), the last mini-batch's gradients
     and the new parameters agree to 1e-6 (relative)."""
     _, tok = tiny
@@ -763,8 +769,8 @@ def test_the_update_is_the_same_with_rows_packed(tiny, argv):
         learn, m = learner(tiny, argv + ["--pack_tokens", pack])
         if learn.cfg.kl_coef > 0:  # the reference: the tiny model as it was
             import copy
-            from grpo import Update
-            learn = Update(learn.cfg, m, m, copy.deepcopy(tiny[0]).requires_grad_(False), learn.opt, tok, "cpu")
+            from train_update import Learner
+            learn = Learner(learn.cfg, m, learn.opt, tok, ref=copy.deepcopy(tiny[0]).requires_grad_(False))
         out[pack] = learn.batch(rows, aux)
         grads[pack] = torch.cat([p.grad.flatten() for p in m.parameters()])
         params[pack] = torch.cat([p.detach().flatten() for p in m.parameters()])
@@ -804,7 +810,7 @@ def test_aux_is_the_trie_restricted_nll_at_the_rollout_temperature_by_hand(tempe
     p = 1 / 4 at each of the other three tokens -> (ln 3 + ln 9 + 3 ln 4) / 5."""
     from types import SimpleNamespace
     from config import Config
-    from grpo import Update
+    from grpo import MicroBatch, make_terms, response_logprobs, terms_loss
     ln = math.log
     table = [[0.0, 0.0, ln(3), ln(4)], [0.0] * 4, [0.0] * 4, [0.0] * 4]
     allowed = [[1, 3], [2, 1, 3]]
@@ -813,15 +819,19 @@ def test_aux_is_the_trie_restricted_nll_at_the_rollout_temperature_by_hand(tempe
     tok = SimpleNamespace(pad_token_id=0, eos_token_id=3)
     cfg = Config(eta=0.5, temperature=temperature, pack_tokens=0)
     want = {1.0: (ln(4 / 3) + ln(4)) / 5, 0.5: (ln(10 / 9) + ln(10)) / 5}[temperature]
-    learn = Update(cfg, Bigram(table), None, None, None, tok, "cpu")
+    aux_terms = [t for t in make_terms(cfg) if t.rows == "aux"]
+
+    def micro_loss(rows, stats):  # train.py's micro-batch: log-probs at the rollout temperature, then the terms
+        lp, mask = response_logprobs(Bigram(table), rows, tok.pad_token_id, temperature=temperature)
+        return terms_loss(aux_terms, MicroBatch(rows, lp, mask, None, {"aux_tokens": 5, "aux_weight": 1.0}, {}),
+                          stats)
     stats = {"aux": 0.0}
-    loss = learn.micro_loss("aux", rows, {"aux_tokens": 5, "aux_weight": 1.0}, {}, stats)
+    loss = micro_loss(rows, stats)
     assert stats["aux"] == pytest.approx(want, rel=1e-6)
     assert loss.item() == pytest.approx(0.5 * want, rel=1e-6)  # times eta
     if temperature == 1.0:
         stats = {"aux": 0.0}
-        learn.micro_loss("aux", [{k: v for k, v in r.items() if k != "allowed"} for r in rows],
-                         {"aux_tokens": 5, "aux_weight": 1.0}, {}, stats)
+        micro_loss([{k: v for k, v in r.items() if k != "allowed"} for r in rows], stats)
         assert stats["aux"] == pytest.approx((ln(3) + ln(9) + 3 * ln(4)) / 5, rel=1e-6)
 
 

@@ -109,7 +109,7 @@ def test_no_path_points_outside_the_repository():
 WIDTH, MAX_MODULE_LINES = 110, 700
 CORE = [module_file(m) for m in MODULES] + sorted(os.path.join("config", f)
                                                  for f in os.listdir(os.path.join(ROOT, "config")) if f.endswith(".py"))
-UPDATE_PATH = ["train.py", "grpo.py"]  # the rollout-to-optimizer-step path
+UPDATE_PATH = ["train.py", "grpo.py", "plumbing/lockstep.py"]  # the rollout-to-optimizer-step path
 CRYPTIC = {"S", "M", "tr", "pst"}  # names that hold something without saying what
 
 
@@ -185,11 +185,11 @@ def tracked_modules():
 
 
 def test_the_updates_methods_are_short():
-    """grpo.Update reads one phase a method: none over 60 lines."""
-    tree = ast.parse(open(os.path.join(ROOT, "grpo.py")).read())
-    update = next(n for n in tree.body if getattr(n, "name", None) == "Update")
-    sizes = {m.name: m.end_lineno - m.lineno + 1 for m in update.body if isinstance(m, ast.FunctionDef)}
-    assert len(sizes) > 3 and max(sizes.values()) <= 60, sizes
+    """plumbing/lockstep.py's Ranks, the update's rank wrapper, reads one promise a method: none over 30 lines."""
+    tree = ast.parse(open(os.path.join(ROOT, "plumbing", "lockstep.py")).read())
+    ranks = next(n for n in tree.body if getattr(n, "name", None) == "Ranks")
+    sizes = {m.name: m.end_lineno - m.lineno + 1 for m in ranks.body if isinstance(m, ast.FunctionDef)}
+    assert len(sizes) > 3 and max(sizes.values()) <= 30, sizes
 
 
 def test_py_modules_lists_every_top_level_module():
@@ -250,10 +250,8 @@ def test_the_wheel_installs_and_imports_every_module(tmp_path):
     assert out.stdout.startswith("imported")
 
 
-STEP_CAP = 1995  # lines the README's list may hold: what one step runs (1,939 with rollout's --overlap branch and
-# the pool's queue of messages in flight; 1,970 with the advantage estimator chosen at setup, --advantage; 1,994
-# with divergence's stop, the worker's bound on live episodes and no checkpoint of non-finite weights), lowered
-# as the code is cut
+METHOD_CAP = 900  # lines the README's method tier may hold: what a researcher must read to change the method
+UPDATE_CAP = 40  # lines of train.py's update_policy: mini-batches -> micro-batches -> log-probs -> loss -> step
 
 
 def unit_lines(path):
@@ -278,55 +276,93 @@ def listed_lines(path, names):
         sum(units[c + "."] for c in classes)
 
 
-def readme_step_table():
-    """README "Read this first": [(row's first cell, {file: [names]}, the row's count)] and the claimed
-    total. A `file.py:name` cell starts a file's names; the bare names after it are that file's."""
+def readme_tiers():
+    """README "Read this first": {"method" | "machinery": ([(row's first cell, {file: [names]}, the row's count)],
+    the claimed total)}. A `file.py:name` cell starts a file's names; the bare names after it are that file's."""
     import re
-    table = open(os.path.join(ROOT, "README.md")).read().split("## Read this first")[1].split("\n## ")[0]
-    rows = []
-    for row in [r for r in table.splitlines() if r.startswith("| `")]:
-        cells, path, names = row.split("|"), None, {}
-        for name in re.findall(r"`([^`]+)`", cells[1]):
-            if ":" in name:
-                path, name = name.split(":")
-            if path:
-                names.setdefault(path, []).append(name)
-        rows.append((cells[1].strip(), names, int(cells[2].replace(",", ""))))
-    return rows, int(re.search(r"([\d,]+) lines in all", table).group(1).replace(",", ""))
+    section = open(os.path.join(ROOT, "README.md")).read().split("## Read this first")[1].split("\n## ")[0]
+    method, machinery = section.split("**The machinery tier**")
+    out = {}
+    for tier, text, total in (("method", method, r"([\d,]+) lines in all"), ("machinery", machinery,
+                                                                            r"([\d,]+) lines here")):
+        rows = []
+        for row in [r for r in text.splitlines() if r.startswith("| `")]:
+            cells, path, names = row.split("|"), None, {}
+            for name in re.findall(r"`([^`]+)`", cells[1]):
+                if ":" in name:
+                    path, name = name.split(":")
+                if path:
+                    names.setdefault(path, []).append(name)
+            rows.append((cells[1].strip(), names, int(cells[2].replace(",", ""))))
+        out[tier] = rows, int(re.search(total, text).group(1).replace(",", ""))
+    return out
 
 
-def readme_core_path():
-    """{file: set of names} of README "Read this first"."""
+def readme_core_path(tiers=("method", "machinery")):
+    """{file: set of names} of README "Read this first" (both tiers, or those named)."""
     listed = {}
-    for _, names, _ in readme_step_table()[0]:
-        for path, ns in names.items():
-            listed.setdefault(path, set()).update(ns)
+    for tier in tiers:
+        for _, names, _ in readme_tiers()[tier][0]:
+            for path, ns in names.items():
+                listed.setdefault(path, set()).update(ns)
     return listed
 
 
-def test_the_readmes_step_list_names_real_code_and_counts_its_lines():
-    """README "Read this first": train.py whole, then every name is a function, class or Class.method of
-    its file; each row's count and the total are the lines the names stand for; the total is at most
-    STEP_CAP."""
-    rows, claimed = readme_step_table()
-    total = sum(1 for _ in open(os.path.join(ROOT, "train.py")))
-    assert rows[0][0] == "`train.py` (whole)" and abs(rows[0][2] - total) <= 5, rows[0]
-    for cell, names, count in rows[1:]:
-        n = 0
-        for path, ns in names.items():
-            units = unit_lines(path)
-            missing = [x for x in ns if x not in units]
-            assert not missing, f"README step list: {path} has no {missing}"
-            n += listed_lines(path, ns)
-        assert abs(count - n) <= 5, f"README step list: {cell} is {n} lines, not {count}"
-    total += sum(listed_lines(p, ns) for p, ns in readme_core_path().items())
-    assert abs(total - claimed) <= 10, f"the step list is {total} lines; README says {claimed}"
-    assert total <= STEP_CAP, f"one step runs {total} lines; at most {STEP_CAP}"
+def test_the_readmes_tiers_name_real_code_and_count_their_lines():
+    """README "Read this first": the method tier (train.py whole, then functions, classes and Class.methods of
+    their files) and the machinery tier; each row's count and each tier's total are the lines its names stand
+    for; the method tier holds at most METHOD_CAP; no name is in both."""
+    tiers = readme_tiers()
+    train_lines = sum(1 for _ in open(os.path.join(ROOT, "train.py")))
+    rows, _ = tiers["method"]
+    assert rows[0][0] == "`train.py` (whole)" and abs(rows[0][2] - train_lines) <= 5, rows[0]
+    for tier, (rows, claimed) in tiers.items():
+        for cell, names, count in rows[1:] if tier == "method" else rows:
+            n = 0
+            for path, ns in names.items():
+                units = unit_lines(path)
+                missing = [x for x in ns if x not in units]
+                assert not missing, f"README {tier} tier: {path} has no {missing}"
+                n += listed_lines(path, ns)
+            assert abs(count - n) <= 5, f"README {tier} tier: {cell} is {n} lines, not {count}"
+        total = sum(listed_lines(p, ns) for p, ns in readme_core_path([tier]).items())
+        total += train_lines if tier == "method" else 0
+        assert abs(total - claimed) <= 10, f"the {tier} tier is {total} lines; README says {claimed}"
+        if tier == "method":
+            assert total <= METHOD_CAP, f"the method tier is {total} lines; at most {METHOD_CAP}"
+    method, machinery = readme_core_path(["method"]), readme_core_path(["machinery"])
+    both = {f"{p}:{n}" for p in method for n in method[p] & machinery.get(p, set())}
+    assert not both, f"in both tiers: {both}"
     text = open(os.path.join(ROOT, "train.py")).read().splitlines()
     first = next(i for i, line in enumerate(text) if line.startswith("for step in bar"))
     last = next(i for i, line in enumerate(text) if line.startswith("# ---") and i > first)
     assert last - first <= 80, f"train.py's loop is {last - first} lines; at most 80"
     assert sum(1 for _ in open(os.path.join(ROOT, "scheduler.py"))) <= 130, "scheduler.py: at most 130 lines"
+
+
+def test_the_update_is_in_plain_sight_in_train_py():
+    """train.py's update_policy, which the loop calls, is at most UPDATE_CAP lines and holds the update's steps
+    itself: mini-batches, micro-batches, the log-probs, the loss terms, backward, the optimizer step."""
+    source = open(os.path.join(ROOT, "train.py")).read()
+    tree = ast.parse(source)
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "update_policy")
+    assert fn.end_lineno - fn.lineno + 1 <= UPDATE_CAP, f"update_policy is {fn.end_lineno - fn.lineno + 1} lines"
+    body = ast.get_source_segment(source, fn)
+    for step in ("mini_batches(", "micro_batches(", "score(model", "terms_loss(", ".backward(", "opt.step()",
+                 "opt.zero_grad("):
+        assert step in body, f"update_policy does not show {step}"
+    loop = next(n for n in tree.body if isinstance(n, ast.For))
+    calls = {n.func.id for n in ast.walk(loop) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    assert "update_policy" in calls
+
+
+def test_each_machinery_module_opens_with_its_contract():
+    """Every module of the machinery tier (README) opens with its contract: a docstring paragraph that starts
+    "Contract." and says what goes in, what comes out and what it promises."""
+    modules = {p for p in readme_core_path(["machinery"]) if p.startswith("plumbing/")} | {"envs.py", "eval.py"}
+    missing = [p for p in sorted(modules)
+               if "Contract." not in (ast.get_docstring(ast.parse(open(os.path.join(ROOT, p)).read())) or "")]
+    assert len(modules) > 8 and not missing, f"no contract in: {missing}"
 
 
 def test_the_readme_stays_short():
@@ -356,13 +392,15 @@ def flags_read(node):
 
 
 def core_functions():
-    """The method's own code: train.py's loop, the Agent-G² class, the rollout loop and its player, the update
-    and the paper's loss terms."""
+    """The method's own code: train.py's loop and update, the Agent-G² class, the rollout loop and its player,
+    the paper's loss terms."""
     out = {}
     train = ast.parse(open(os.path.join(ROOT, "train.py")).read())
     out["train.py loop"] = next(n for n in train.body if isinstance(n, ast.For))
-    for path, names in [("scheduler.py", ["G2"]), ("rollout.py", ["rollout", "Player", "ExpertSource", "group"]),
-                        ("grpo.py", ["Update", "MicroBatch", "PolicyTerm", "AuxTerm"])]:
+    for path, names in [("scheduler.py", ["G2"]),
+                        ("rollout.py", ["rollout", "Turns", "Player", "ExpertSource", "group"]),
+                        ("train.py", ["update_policy", "draw_depths"]),
+                        ("grpo.py", ["MicroBatch", "PolicyTerm", "AuxTerm"])]:
         tree = ast.parse(open(os.path.join(ROOT, path)).read())
         for name in names:
             out[f"{path}:{name}"] = next(n for n in tree.body if getattr(n, "name", None) == name)
@@ -394,8 +432,9 @@ def test_the_core_imports_no_variant_but_through_the_lookup():
 def test_every_function_a_paper_step_runs_is_in_the_readmes_list(tmp_path):
     """--preset paper --model tiny (bf16, pi_old from the trainer, as a GPU rank) from its first evaluation
     through two steps with an evaluation between them, traced in train.py's process and in the env workers
-    (tests/trace_step.py): every unit of every module of the repository that runs is in README "Read this
-    first" (a method by its own name or its class's). The same run is the paper preset's one-process test
+    (tests/trace_step.py): every unit of every module of the repository that runs is in one of README "Read this
+    first"'s two tiers, the method or the machinery (a method by its own name or its class's), as are the
+    8-rank path's first_difference and seed63. The same run is the paper preset's one-process test
     (tests/test_train.py check_paper_run: lr 1e-6 from the first step, so every weight moves in fp32)."""
     out = tmp_path / "seen.json"
     args = ["--preset", "paper", "--games", "builtin", "--model", "tiny", "--steps", "2", "--eval_every", "1",
@@ -417,6 +456,7 @@ def test_every_function_a_paper_step_runs_is_in_the_readmes_list(tmp_path):
         return name in names or cls in names or any(n.startswith(cls + ".") for n in names)
     missing = sorted(u for u in seen if not covered(u))
     assert any(u.startswith("plumbing/pool.py:") for u in seen), "the env workers were not traced"
+    seen = sorted(set(seen) | {"plumbing/parallel.py:first_difference", "plumbing/engines.py:seed63"})  # 8 ranks
     assert len(seen) > 30 and not missing, f"a paper step runs these, the README's list leaves them out: {missing}"
     from test_train import check_paper_run
     check_paper_run(tmp_path / "run")

@@ -245,8 +245,8 @@ def test_constrained_logprobs_agree_across_engines_and_trainer(tiny, request, en
     """Under constrained decoding vLLM, HF and the trainer use one distribution: the policy restricted to the
     admissible-reply trie (with WebShop's free-text search slot: after '<action>search[' the whole vocabulary).
     Every reply is a canonical admissible reply or a search, and all three log-probs agree (1e-4)."""
-    from grpo import FREE
-    from rollout import choice_ids, response_logprobs
+    from grpo import FREE, response_logprobs
+    from rollout import choice_ids
     path, tok = tiny
     hf = HFEngine(path, tok)
     cmds = [["go to desk 1", "go to desk 2", "take mug 1 from desk 1", "look"],
@@ -477,7 +477,7 @@ def test_aux_loss_weighting_token_mean_and_the_authors_prefix_mean(tiny):
     token mean, weight 1/n, over the weights: -eta (m1 / 2 + m2 / 2 + m3 / 1) / (1/2 + 1/2 + 1)."""
     from transformers import AutoModelForCausalLM
     from rollout import expert_ids
-    from grpo import Update, response_logprobs
+    from grpo import MicroBatch, make_terms, response_logprobs, terms_loss
     path, tok = tiny
     m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     acts = ["go to desk 1", "take mug 1 from desk 1", "look"]
@@ -489,10 +489,11 @@ def test_aux_loss_weighting_token_mean_and_the_authors_prefix_mean(tiny):
     counts = {"aux_tokens": sum(lens), "aux_weight": 0.5 + 0.5 + 1.0}
     for agg, want in (("token-mean", -0.5 * sum(sums) / sum(lens)),
                       ("prefix-mean", -0.5 * (sums[0] / lens[0] / 2 + sums[1] / lens[1] / 2 + sums[2] / lens[2]) / 2.0)):
-        learn = Update(cfg(eta=0.5, aux_agg=agg), m, m, None, None, tok, "cpu")
+        aux_terms = [t for t in make_terms(cfg(eta=0.5, aux_agg=agg)) if t.rows == "aux"]
         parts = {"aux": 0.0}
-        with torch.no_grad():
-            loss = learn.micro_loss("aux", rows, counts, {}, parts)
+        with torch.no_grad():  # train.py's micro-batch: the log-probs, then the terms that read aux rows
+            loss = terms_loss(aux_terms, MicroBatch(rows, *response_logprobs(m, rows, tok.pad_token_id), None,
+                                                    counts, {}), parts)
         assert loss.item() == pytest.approx(want, rel=1e-5), agg
         assert parts["aux"] == pytest.approx(want / 0.5, rel=1e-5)  # logged without the weight eta
 
@@ -665,8 +666,9 @@ def test_constrained_aux_rows_are_scored_on_the_trie_the_policy_plays(tiny, pool
     import copy
     from transformers import AutoModelForCausalLM
     from config import get_config
-    from grpo import Update
+    from grpo import MicroBatch, make_terms, response_logprobs, terms_loss
     from rollout import choice_ids
+    from train_update import Learner
     from variants.players import SFTPlayer
     path, tok = tiny
     t = next(t for t in load_tasks("train") if t["L"] >= 4)
@@ -686,7 +688,7 @@ def test_constrained_aux_rows_are_scored_on_the_trie_the_policy_plays(tiny, pool
     assert not any("allowed" in a for a in sft.play(0, [t], [expert_hint(t)], [3])["aux"])
     # the update's aux stat on this batch against the NLL written out
     m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    learn = Update(c, m, m, None, torch.optim.AdamW(copy.deepcopy(m).parameters()), tok, "cpu")
+    learn = Learner(c, copy.deepcopy(m), torch.optim.AdamW(m.parameters()), tok)
     with torch.no_grad():
         nll = full = 0.0
         for a in aux:
@@ -699,7 +701,9 @@ def test_constrained_aux_rows_are_scored_on_the_trie_the_policy_plays(tiny, pool
     n_tok = sum(len(a["response_ids"]) for a in aux)
     stats = {"aux": 0.0}
     with torch.no_grad():
-        learn.micro_loss("aux", aux, {"aux_tokens": n_tok, "aux_weight": 1.0}, {}, stats)
+        lp, mask = response_logprobs(m, aux, tok.pad_token_id, temperature=0.7, pack=c.pack_tokens)
+        terms_loss([t for t in make_terms(c) if t.rows == "aux"],
+                   MicroBatch(aux, lp, mask, None, {"aux_tokens": n_tok, "aux_weight": 1.0}, {}), stats)
     assert stats["aux"] == pytest.approx(nll / n_tok, rel=1e-5)
     assert nll < full  # the restriction removes mass the constrained policy can never emit
     assert learn.batch([], aux)["aux"] == pytest.approx(nll / n_tok, rel=1e-5)  # the logged stat, one step

@@ -139,14 +139,47 @@ def test_traj_level_stats():
 
 
 def test_batch_accuracy_over_trajectories():
-    # task t0: 6 kept episodes all won, t1: 2 kept, both lost. Task means 1.0 and 0.0 -> 0.5 (inside the 0.4-0.6
-    # dead band: no move); trajectories 6 / 8 = 0.75 > 0.6 -> mu_global 0.8 - 0.1 = 0.7
-    s = make(lengths=(3, 3), K=1, mu_update="deadband", acc_low=0.4, acc_high=0.6, cap=0.8)
+    # [released] --stats_level traj: task t0: 6 kept episodes all won, t1: 2 kept, both lost. Task means 1.0 and 0.0
+    # -> 0.5 (inside the 0.4-0.6 dead band: no move); trajectories 6 / 8 = 0.75 > 0.6 -> mu_global 0.8 - 0.1 = 0.7
+    s = make(lengths=(3, 3), K=1, mu_update="deadband", acc_low=0.4, acc_high=0.6, cap=0.8, stats_level="traj")
     s.update(["t0", "t1"], [1.0, 0.0], flags=[[1] * 6, [0, 0]])
     assert s.mu_global == pytest.approx(0.7)
     t = make(lengths=(3, 3), K=1, mu_update="deadband", acc_low=0.4, acc_high=0.6, cap=0.8)
     t.update(["t0", "t1"], [1.0, 0.0])  # no flags: mean of task means 0.5 -> no move
     assert t.mu_global == pytest.approx(0.8)
+
+
+def test_the_papers_batch_accuracy_is_the_mean_of_task_means():
+    """The paper's acc_B = mean_i p_i (docs/method.md §2 step 5), also when an error leaves a task fewer kept episodes
+    than another: t0 kept 6 episodes, all won (p 1.0); t1 kept 2 of its 6 (4 lost to env errors), both lost (p 0.0).
+    acc_B = (1.0 + 0.0) / 2 = 0.5 = p_target: sign 0, mu_global stays 0.8. Over the trajectories, as the authors'
+    code averages them (--stats_level traj), it would be 6 / 8 = 0.75 > 0.5 and mu_global would fall to 0.7."""
+    s = make(lengths=(3, 3), K=1)
+    assert type(s).__name__ == "G2" and s.mu_global == pytest.approx(0.8)
+    s.update(["t0", "t1"], [1.0, 0.0], flags=[[1] * 6, [0, 0]])
+    assert s.mu_global == pytest.approx(0.8)
+    traj = make(lengths=(3, 3), K=1, stats_level="traj")
+    traj.update(["t0", "t1"], [1.0, 0.0], flags=[[1] * 6, [0, 0]])
+    assert traj.mu_global == pytest.approx(0.7)
+
+
+def test_a_redraw_draws_again_only_the_tasks_over_the_step_budget():
+    """train.py's draw_depths with a rule that answers 3 scripted plans, --max_steps 8: the first plan puts task 1
+    at 9 (>= 8: no step left to the policy), the second at 9 again, the third at 4. Tasks 0 and 2 keep their first
+    draws (1 and 2), not the later 3 / 5 and 1 / 7; two re-draws; the probe rollouts of every draw add up."""
+    from types import SimpleNamespace
+    from train_update import train_function
+    plans = [[1, 9, 2], [3, 9, 1], [5, 4, 7]]
+    rule = SimpleNamespace(depths=lambda view, step, probe: {"n": list(plans.pop(0)), "r": [0.1, 0.2, 0.3],
+                                                              "probe_rollouts": 1})
+    draw = train_function("draw_depths", {"sched": rule, "cfg": cfg(max_steps=8),
+                                           "player": SimpleNamespace(plays=True)})
+    plan, tries = draw([{}] * 3, 0, None)
+    assert plan["n"] == [1, 4, 2] and tries == 2 and plan["probe_rollouts"] == 3
+    fixed = SimpleNamespace(depths=lambda view, step, probe: {"n": [1, 9], "r": [0.1, 0.9], "probe_rollouts": 0})
+    draw = train_function("draw_depths", {"sched": fixed, "cfg": cfg(max_steps=8),
+                                           "player": SimpleNamespace(plays=True)})
+    assert draw([{}] * 2, 0, None) == ({"n": [1, 9], "r": [0.1, 0.9], "probe_rollouts": 0}, 10)  # bounded
 
 
 @pytest.mark.parametrize("level", ["task", "traj"])

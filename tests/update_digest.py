@@ -1,12 +1,13 @@
 """The update on a fixed batch, as numbers to compare across commits: python tests/update_digest.py REPO OUT_JSON.
-Imports grpo / config from REPO (a checkout of any commit), builds the tiny model and a fixed batch (step rows of
-two groups with engine log-probs, some with their trie of admissible replies, and three expert rows), runs
-grpo.Update.batch under three configurations and writes, per configuration, the update's stats and, per
-parameter, the sum, the L2 norm and the first 8 values of the new weights and of the last mini-batch's gradient.
-tests/test_grpo.py compares the current code against tests/data/update_digest.json, written by this script at
-the commit the sampling-streams work started from."""
+Imports grpo / config and train.py's update_policy (tests/train_update.py) from REPO, builds the tiny model and a
+fixed batch (step rows of two groups with engine log-probs, some with their trie of admissible replies, and three
+expert rows), runs the update under three configurations and writes, per configuration, the update's stats and,
+per parameter, the sum, the L2 norm and the first 8 values of the new weights and of the last mini-batch's
+gradient. tests/test_grpo.py compares the current code against tests/data/update_digest.json, written by this
+script (its grpo.Update form) at the commit the sampling-streams work started from."""
 import copy
 import json
+import os
 import sys
 import tempfile
 
@@ -44,7 +45,8 @@ def main():
     sys.path.insert(0, root)
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from config import get_config
-    from grpo import Update
+    sys.path.insert(0, os.path.join(root, "tests"))
+    from train_update import Learner
     from plumbing.tiny import tiny_path
     path = tiny_path(tempfile.mkdtemp())
     tok, base = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
@@ -56,7 +58,7 @@ def main():
         opt = torch.optim.AdamW(m.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                                 betas=(cfg.beta1, cfg.beta2))
         rows, aux = batch(tok)
-        learn = Update(cfg, m, m, None, opt, tok, "cpu", old_from_trainer=cfg.old_logprobs == "trainer")
+        learn = Learner(cfg, m, opt, tok, trainer=cfg.old_logprobs == "trainer")
         out = learn.batch(rows, aux)
         result[name] = {"stats": {k: v for k, v in out.items() if isinstance(v, float)},
                         "params": {k: digest(p) for k, p in m.named_parameters()},

@@ -196,6 +196,12 @@ class Configured(G2):
             return np.concatenate([flags[j] for j in np.flatnonzero(members)])
         return p[members]
 
+    def batch_acc(self, p, flags):  # [released] --stats_level traj: acc_B over the 0/1 trajectory outcomes,
+        # the whole batch's accuracy [ZJU-REAL/Agent-G2 gmsv/alfworld.py update_after_train_batch]
+        if self.cfg.stats_level == "traj" and flags is not None:
+            return float(np.concatenate(flags).mean())
+        return super().batch_acc(p, flags)
+
     def set_length(self, task_id, L):  # random and online clusters keep theirs
         if task_id not in self.cluster or self.cfg.cluster_mode not in ("random", "online"):
             super().set_length(task_id, L)
