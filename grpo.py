@@ -1,30 +1,27 @@
 """GRPO, whole: the math on tensors (group advantages, trie-restricted log-probs, the aggregations, the
-clipped policy loss with the k3 KL), the paper's two loss terms as objects, and the update that runs a model
-through them (pi_old, PPO mini-batches, micro-batches, the optimizer step). It sits beside train.py as
-nanoGPT's model.py does; tests/test_grpo.py checks each piece on toy inputs and on the tiny model.
+clipped policy loss with the k3 KL), the paper's loss terms as objects, and the pieces train.py's
+update_policy runs them with (mini-batches, the counts, a micro-batch's view, the summed loss). It sits
+beside train.py as nanoGPT's model.py does; tests/test_grpo.py checks each piece on toy inputs and on the tiny
+model.
 
     adv, n_zero = group_advantages(rewards, gid, keep)            # [E] per episode
     n_zero, n_groups = row_advantages(rows, episodes, "traj")     # the same on train.py's step rows
     est = make_advantage(cfg, tasks); n_zero, n_groups = est(rows, episodes)   # --advantage's estimator
     mbs = mini_batches(rows, n_mb)                                # rank-independent PPO mini-batches
-    opts = trie_options(response_ids, allowed)                    # allowed next tokens per response position
     lp = token_logprobs(logits, targets, options, temperature)    # [b, T] log pi(a_t | s, a_<t)
     w = agg_weights("episode", row_tokens, episode_tokens, n_tokens, n_rows, n_episodes)   # [b]
     loss, stats = policy_loss(lp, old_lp, adv, mask, w, clip_eps, ref_lp, kl_coef)
     terms = make_terms(cfg, ref)        # the loss terms, at setup: PolicyTerm, AuxTerm, Entropy, variants
-    learn = Update(cfg, model, policy, ref, opt, tok, device, world, ddp, fsdp, prec, old_from_trainer, terms)
-    out = learn.batch(rows, aux)        # -> {"pg", "kl", "entropy", "aux", "clipfrac", "ratio_dev",
-                                        #     "update_rel", "grad_norm"(, "lp_diff_*", "lp_kl"), term stats}
+    loss = terms_loss(terms, MicroBatch(rows, lp, mask, entropy, counts, ep_tok), stats)   # one micro-batch
 
-A loss term (class Term) maps one micro-batch to (its loss, {stat: float}); the update sums the active terms'
-losses, one backward per micro-batch, and their stats over micro-batches, mini-batches and ranks.
+A loss term (class Term) maps one micro-batch to (its loss, {stat: float}); update_policy sums the active
+terms' losses, one backward per micro-batch, and plumbing/lockstep.py sums their stats over micro-batches,
+mini-batches and ranks.
 
 Rows are dicts: prompt_ids, response_ids (lists of ints), logprobs (the engine's, one per response token), adv
 (the row's advantage), eid (its episode), gid (its group); aux rows instead gid, t (their prefix step), n
-(their prefix's length), success (their group's success rate; None: every episode hit an error). Under
-DDP/FSDP every rank runs the same number of forward/backward passes (padded with zero-loss passes on a
-one-token DUMMY row): FSDP all-gathers in each pass and DDP reduces in the last, so a rank with fewer rows
-must still join them.
+(their prefix's length), success (their group's success rate; None: every episode hit an error). A row is one
+turn: one prompt and the reply to it (a "sequence" of the aggregations).
 
 Constrained decoding (--constrained 1) samples from the policy restricted to the admissible commands: at each
 reply position only the tokens that continue some admissible reply (a token trie) keep their mass,
@@ -241,8 +238,9 @@ def token_logprobs_entropy(logits, targets, options=None, temperature=1.0):
 def agg_weights(agg, row_tokens, episode_tokens, n_tokens, n_rows, n_episodes):
     """w [b] such that sum_rows w * sum_t loss_t is the aggregation's mean; row_tokens, episode_tokens [b];
     n_*: global counts (all ranks). token-mean 1 / n_tokens (verl's default, the GPU presets);
-    seq-mean-token-sum 1 / n_rows; seq-mean-token-mean 1 / (row_tokens n_rows); episode 1 / (episode_tokens
-    n_episodes) (the CPU presets: every episode weighs the same)."""
+    seq-mean-token-sum 1 / n_rows; seq-mean-token-mean 1 / (row_tokens n_rows): each row (one turn's reply, a
+    "sequence") its token mean, then the mean over rows; episode 1 / (episode_tokens n_episodes) (the CPU
+    presets: every episode weighs the same)."""
     row_tokens, episode_tokens = row_tokens.float().clamp(min=1), episode_tokens.float().clamp(min=1)
     if agg == "token-mean":
         return torch.full_like(row_tokens, 1.0 / max(n_tokens, 1))
@@ -292,7 +290,7 @@ class Term:
     rows: "step" or "aux" (expert-prefix) rows; zero_adv: zero-advantage step rows matter to it (else they get
     no forward); entropy / old: it reads mb.entropy / pi_old; stats: summed over micro-batches and ranks
     (local sum / global count), averaged over mini-batches; maxima: maxed. The loss is this rank's share of
-    the global batch's loss (weights from mb.counts, global); the update multiplies it by world (DDP
+    the global batch's loss (weights from mb.counts, global); the rank wrapper multiplies it by world (DDP
     averages)."""
     rows, zero_adv, entropy, old, stats, maxima = "step", True, False, False, (), ()
 

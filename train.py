@@ -193,8 +193,8 @@ def draw_depths(view, step, probe):
 if start_step == 0:
     run_eval(0)
 stopped = False
-bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, desc="train", dynamic_ncols=True,
-           disable=not (master and sys.stderr.isatty()))  # a bar on a terminal; a log file gets the lines alone
+bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, desc="train",
+           dynamic_ncols=True, disable=not (master and sys.stderr.isatty()))  # a log file: the lines alone
 for step in bar:
     t0 = time.time()
     lr = lr_at(step, cfg.lr, cfg.steps, cfg.warmup_frac, cfg.lr_schedule)

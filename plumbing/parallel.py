@@ -217,18 +217,23 @@ def kv_cache_gb(model_path, seqs, max_model_len, dtype_bytes=2):
 
 
 def memory_gb(size, world=8, fsdp=False, seqs=18, seq_len=4608, micro_batch=8, resp_len=512, entropy=True,
-              graph_pool_gb=1.0, context_gb=1.0):
+              kl=True, graph_pool_gb=1.0, context_gb=1.0, frag=0.1):
     """Per-rank GiB of the GPU presets, as the code allocates it. -> {row: GiB}; "peak" = the resident rows +
-    the largest of three phases that never coexist: the backward through the loss head (the response logits),
-    the backward through the layers (one recomputed at a time), the optimizer step. seqs: the most sequences
-    a rank plays at once (train.py's `seqs`: max(|B| R / world = 16, the evaluation's ceil(140 valid_seen
-    games / 8) = 18)); seq_len: prompt budget + reply budget (4096 + 512); resp_len: the reply budget;
-    entropy: the entropy term is on (the paper preset's entropy_coef 0.001). The two allowances are not
-    derived from the code: vLLM prints its CUDA-graph pool at start-up ("Graph capturing finished ... took N
-    GiB"); the CUDA context (the kernels of torch and vLLM) and NCCL's buffers per process."""
+    the largest of four phases that never coexist: the loss's forward (the reference scored while the policy's
+    graph is alive), the backward through the loss head (the response logits), the backward through the layers
+    (one recomputed at a time), the optimizer step; then allocator fragmentation on top. seqs: the most
+    sequences a rank plays at once (train.py's `seqs`: max(|B| R / world = 16, the evaluation's ceil(140
+    valid_seen games / 8) = 18)); seq_len: prompt budget + reply budget (4096 + 512); resp_len: the reply
+    budget; entropy: the entropy term is on (the paper preset's entropy_coef 0.001); kl: a reference is scored
+    (--kl_coef > 0). Three rows are allowances, not derived from the code: vLLM's CUDA-graph pool (vLLM prints
+    it at start-up: "Graph capturing finished ... took N GiB"), the CUDA context (torch's and vLLM's kernels)
+    with NCCL's buffers per process, and fragmentation: `frag` x the peak (the trainer and the in-process
+    engine share one caching allocator and nothing calls empty_cache without --vllm_sleep)."""
     m = QWEN[size]
     P, shard = m["params"], (world if fsdp else 1)
     tok = micro_batch * seq_len  # tokens of one micro-batch, padded to its longest row
+    layer = (P - m["root"]) / m["layers"]
+    resp = micro_batch * resp_len * m["vocab"]  # response positions x vocab: the logits' elements
     rows = {
         "policy weights, fp32 master": 4 * P / shard,
         # DDP: views of its reduction buckets; FSDP2: sharded after the reduce
@@ -236,7 +241,7 @@ def memory_gb(size, world=8, fsdp=False, seqs=18, seq_len=4608, micro_batch=8, r
         "AdamW m and v, fp32": 8 * P / shard,
         # DDP: an fp32 reference under the policy's autocast, so both keep an fp32 residual stream (KL 0 at
         # step 0); FSDP2: bf16 shards, which FSDP2's mixed precision gives the policy too
-        "reference weights": (2 * P / shard) if fsdp else 4 * P,
+        "reference weights": 0 if not kl else (2 * P / shard) if fsdp else 4 * P,
         "vLLM weights, bf16": 2 * P,
         "vLLM KV cache (parallel.kv_cache_gb)":
             seqs * seq_len * kv_bytes_per_token(m["layers"], m["kv_heads"], m["head_dim"]),
@@ -246,21 +251,34 @@ def memory_gb(size, world=8, fsdp=False, seqs=18, seq_len=4608, micro_batch=8, r
     # FSDP2 all-gathers a group for its forward and backward: the root group (embedding, lm_head) stays
     if fsdp:
         # gathered from the policy's forward to its backward (root default), and one layer is gathered ahead
-        layer = (P - m["root"]) / m["layers"]
         rows["FSDP2: root group gathered, bf16"] = 2 * m["root"]
         rows["FSDP2: two layer groups gathered, bf16"] = 2 * 2 * layer
     # gradient checkpointing keeps each layer's input through the whole backward: the residual stream, fp32
     # under DDP (autocast computes in bf16 over fp32 weights, and the residual adds stay fp32), bf16 under
     # FSDP2's mixed precision (bf16 parameters)
     inputs = tok * m["hidden"] * (2 if fsdp else 4) * m["layers"]
+    # the loss's forward (train.py update_policy, inside `with prec()`): autocast caches a bf16 copy of every
+    # weight that requires grad until the region ends (DDP; FSDP2 casts itself, no autocast); the policy's
+    # response logits wait for the backward (bf16 out of lm_head + the fp32 copy scaled by the temperature);
+    # PolicyTerm's KL scores the reference then (MicroBatch.ref_lp): its bf16 logits, an fp32 copy and the
+    # logsumexp temporary, ~10 B per token x vocab; FSDP2 gathers the reference's root and a layer for it
+    fwd = {"forward, loss: checkpointed layer inputs": inputs,
+           "forward, loss: policy response logits kept for the backward, 6 B per token x vocab": 6 * resp}
+    if not fsdp:
+        fwd["forward, loss: autocast's bf16 copies of the weights (cached for the region)"] = 2 * P
+    if kl:
+        fwd["forward, loss: reference forward on top, 10 B per token x vocab"] = 10 * resp
+        if fsdp:
+            fwd["forward, loss: reference root and a layer gathered, bf16"] = 2 * (m["root"] + layer)
     # the response positions' logits (grpo.response_logprobs, logits_to_keep): bf16 out of lm_head, one
     # fp32 copy scaled by the temperature; the backward of the log-probs holds it, its gradient, a recomputed
     # exp and the softmax's input gradient (~16 B per token x vocab); the entropy's backward
     # (grpo._EntropyOfLogits) two fp32 copies more, a recomputed log-softmax and its exp (~24 B)
     logit_bytes = 24 if entropy else 16
     head = {"backward, loss head: checkpointed layer inputs": inputs,
-            f"backward, loss head: response logits, {logit_bytes} B per token x vocab":
-                micro_batch * resp_len * m["vocab"] * logit_bytes}
+            f"backward, loss head: response logits, {logit_bytes} B per token x vocab": resp * logit_bytes}
+    if not fsdp:  # lm_head is outside the checkpointed layers: its bf16 weight copy is saved for the backward
+        head["backward, loss head: lm_head's bf16 copy, saved by autocast"] = 2 * m["root"]
     # the layer being recomputed holds its activations (~8 hidden-wide + 4 intermediate-wide tensors per
     # token, bf16) and as much again in grads
     layers = {"backward, layers: checkpointed layer inputs": inputs,
@@ -273,17 +291,19 @@ def memory_gb(size, world=8, fsdp=False, seqs=18, seq_len=4608, micro_batch=8, r
     # torch AdamW (foreach, the CUDA default: torch/optim/adamw.py -> adam.py _multi_tensor_adam) builds
     # sqrt(v) / sqrt(bc2) + eps for every parameter of the group at once: one fp32 copy of the (local) params
     step = {"optimizer step: AdamW foreach temporaries (sqrt v)": 4 * P / shard}
-    out = {k: v / GB for k, v in {**rows, **head, **layers, **step}.items()}
-    out["peak (resident + the largest phase)"] = (sum(rows.values()) + max(
-        sum(head.values()), sum(layers.values()), sum(step.values()))) / GB
+    out = {k: v / GB for k, v in {**rows, **fwd, **head, **layers, **step}.items()}
+    peak = (sum(rows.values()) + max(sum(p.values()) for p in (fwd, head, layers, step))) / GB
+    out["peak (resident + the largest phase)"] = peak
+    out["allocator fragmentation (allowance)"] = frag * peak
+    out["peak with fragmentation"] = (1 + frag) * peak
     return out
 
 
 def memory_table():
     cols = [memory_gb("1.5B"), memory_gb("7B", fsdp=True)]
     # resident rows, the backward's, the optimizer step's, the peak
-    phase = lambda k: (3 if k.startswith("peak") else 2 if k.startswith("optimizer")  # noqa: E731
-                       else 1 if k.startswith("backward") else 0)
+    order = ("forward", "backward", "optimizer", ("peak", "allocator"))  # resident rows first, the phases
+    phase = lambda k: next((j + 1 for j, p in enumerate(order) if k.startswith(p)), 0)  # noqa: E731
     # stable: each column's order
     keys = sorted(dict.fromkeys(k for c in cols for k in c), key=lambda k: phase(k))
     out = ["| per rank, GiB (8 ranks; worst case: micro-batches of 8 rows at the 4,096 + 512 token budget, "

@@ -594,3 +594,16 @@ def test_transcripts_show_the_action_the_rollout_played(tmp_path):
     write_transcripts(str(tmp_path / "t.txt"), out, tok, 1)
     text = open(tmp_path / "t.txt").read()
     assert "--- action: 'go to desk 1' valid True" in text and "'Go To Desk 1'" not in text
+
+
+def test_same_records_compares_every_field_but_timings():
+    """tools/same_records.py on hand-made records: timings (t_*) never count; an int that differs is named; floats
+    are measured relative at |x| >= 1e-3 (1.0 against 1.001: 1e-3 of 1.001) and absolute below (pg 1e-9 against
+    3e-9: 2e-9 / 1e-3 = 2e-6); a missing key is named."""
+    from tools.same_records import compare
+    a = [{"step": 0, "t_step": 1.0, "n": [3, 4], "aux": 1.0, "pg": 1e-9}]
+    b = [{"step": 0, "t_step": 9.0, "n": [3, 4], "aux": 1.001, "pg": 3e-9}]
+    diffs, worst = compare(a, b)
+    assert diffs == [] and worst["[0].aux"] == pytest.approx(0.001 / 1.001) and worst["[0].pg"] == pytest.approx(2e-6)
+    assert compare(a, [dict(b[0], n=[3, 5])])[0] == ["[0].n[1]: 4 against 5"]
+    assert compare(a, [{k: v for k, v in b[0].items() if k != "pg"}])[0] == ["[0]: keys ['pg']"]

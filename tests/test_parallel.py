@@ -361,10 +361,13 @@ def test_memory_rows_are_the_formula_by_hand():
     """plumbing.parallel.memory_gb at Qwen2.5-1.5B under DDP, by hand (GiB = 2^30 B): checkpointed layer inputs
     8 x 4,608 tokens x 1,536 x 4 B (fp32 residual under autocast) x 28 layers = 6,341,787,648 B = 5.906; response
     logits with the entropy 8 x 512 x 151,936 x 24 B = 14,935,916,544 B = 13.910 (16 B without: 9.273); KV cache
-    18 sequences x 4,608 x 28,672 B = 2,378,170,368 B = 2.215. The loss head's phase is 5.906 + 13.910 = 19.816,
+    18 sequences x 4,608 x 28,672 B = 2,378,170,368 B = 2.215. The loss's forward: the inputs, the policy's logits
+    kept for the backward 6 x 622,329,856 = 3,733,979,136 B, autocast's bf16 weight copies 2 x 1.54e9 =
+    3,080,000,000 B (2.868), the reference's forward 10 x 622,329,856 = 6,223,298,560 B (5.796): 19,379,065,344 B
+    = 18.048. The loss head's phase is 5.906 + 13.910 + lm_head's saved bf16 copy (2 x 0.23e9 B = 0.428) = 20.245,
     the layers' 5.906 + 6.6 (one layer: 36,864 x (8 x 1,536 + 4 x 8,960) x 4 B = 7,096,762,368 B = 6.609) + 5.737
     (DDP's first-step grads, 4 x 1.54e9 B) = 18.252, the optimizer's 5.737: the peak adds the loss head's alone to
-    the resident rows, not every phase."""
+    the resident rows, not every phase; fragmentation is 10 % of that peak on top."""
     from plumbing.parallel import GB, memory_gb
     m = memory_gb("1.5B")
     assert m["backward, loss head: checkpointed layer inputs"] == pytest.approx(6_341_787_648 / GB)
@@ -373,7 +376,15 @@ def test_memory_rows_are_the_formula_by_hand():
         pytest.approx(8 * 512 * 151_936 * 16 / GB)
     assert m["vLLM KV cache (parallel.kv_cache_gb)"] == pytest.approx(2_378_170_368 / GB)
     assert m["backward, layers: one layer recomputed, with its gradients"] == pytest.approx(7_096_762_368 / GB)
-    resident = sum(v for k, v in m.items() if not k.startswith(("backward", "optimizer", "peak")))
-    assert m["peak (resident + the largest phase)"] == pytest.approx(resident + (6_341_787_648 + 14_935_916_544) / GB)
+    forward = [v for k, v in m.items() if k.startswith("forward")]
+    assert sum(forward) == pytest.approx(19_379_065_344 / GB) and len(forward) == 4
+    assert m["forward, loss: autocast's bf16 copies of the weights (cached for the region)"] == \
+        pytest.approx(3_080_000_000 / GB)
+    assert m["forward, loss: reference forward on top, 10 B per token x vocab"] == pytest.approx(6_223_298_560 / GB)
+    resident = sum(v for k, v in m.items() if not k.startswith(("forward", "backward", "optimizer", "peak", "alloc")))
+    head = (6_341_787_648 + 14_935_916_544 + 460_000_000) / GB
+    assert m["peak (resident + the largest phase)"] == pytest.approx(resident + head)
+    assert m["peak with fragmentation"] == pytest.approx(1.1 * (resident + head))
+    assert "forward, loss: reference forward on top, 10 B per token x vocab" not in memory_gb("1.5B", kl=False)
     assert memory_gb("7B", fsdp=True)["backward, loss head: checkpointed layer inputs"] == \
         pytest.approx(8 * 4608 * 3584 * 2 * 28 / GB)  # bf16 under FSDP2's mixed precision
