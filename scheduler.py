@@ -1,5 +1,4 @@
 """Agent-G²'s depth scheduler as the paper writes it (docs/method.md §2); pure: state in, depths out.
-
     sched = make_rule(cfg, task_ids, lengths, seed)  # lengths: expert length L per task (None: no hint yet)
     plan = sched.depths(tasks, step)        # tasks: [{"id", "L", "actions"}] -> plan["n"], plan["r"]
     sched.update(task_ids, p_hat, flags)    # the batch's hinted tasks, in batch order; their p_hat, 0/1 flags
@@ -109,11 +108,12 @@ class G2:
     load_state_dict = load_attrs
 
 
-def kept_tasks(task_ids, p_hat, flags):  # -> indices of the tasks with a kept episode; NaN fails 0 <= p <= 1
+def kept_tasks(task_ids, p_hat, flags):  # -> the indices of the tasks with a kept episode
     f = flags if flags is not None else [[]] * len(p_hat)
     if len(p_hat) != len(task_ids) or len(f) != len(task_ids) or not task_ids:
         raise ValueError("update needs one success rate and one list of trajectory flags per task")
-    if [p for p, fi in zip(p_hat, f) if (p is None and len(fi) > 0) or (p is not None and not 0 <= p <= 1)]:
+    out_of_range = [p for p in p_hat if p is not None and (math.isnan(p) or p < 0 or p > 1)]
+    if out_of_range or any(p is None and len(fi) > 0 for p, fi in zip(p_hat, f)):
         raise ValueError(f"p_hat must lie in [0, 1]: {p_hat} (or p_hat is None but it has trajectory flags)")
     return [i for i, p in enumerate(p_hat) if p is not None and (flags is None or len(flags[i]) > 0)]
 
