@@ -95,10 +95,10 @@ seqs = max(-(-cfg.batch_tasks // world) * cfg.group_size, -(-n_eval // world))  
 engine = make_engine(cfg, model_path, tok, device, cfg.seed + rank, seqs)
 opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                         betas=(cfg.beta1, cfg.beta2))
-sched = make_rule(cfg, [t["id"] for t in train_tasks], lengths, cfg.seed, tok)  # G2, or a variant's rule
-player = make_player(cfg, sched, engine, pool, tok, reply, rank, gather)  # who plays a step's groups
+rule = make_rule(cfg, [t["id"] for t in train_tasks], lengths, cfg.seed, tok)  # G2, or a variant's rule
+player = make_player(cfg, rule, engine, pool, tok, reply, rank, gather)  # who plays a step's groups
 # saved in every checkpoint, restored on resume, compared across ranks
-run_state = {"sched": sched, "hints": hints}
+run_state = {"sched": rule, "hints": hints}  # keys as checkpoints have saved them
 checkpoint = functools.partial(ckpt.checkpoint, cfg=cfg, policy=policy, opt=opt, tok=tok, run_state=run_state,
                                fsdp=fsdp, gather=gather, master=master, ddp=ddp)  # (step, why, redraws, s)
 prec = (lambda: contextlib.nullcontext()) if fsdp else (lambda: autocast(device, dtype))  # FSDP casts itself
@@ -171,18 +171,18 @@ def scheduler_view(tasks, task_hints):
             for t, h in zip(tasks, task_hints)]
     for v in view:
         if v["L"] is not None:
-            sched.set_length(v["id"], v["L"])
+            rule.set_length(v["id"], v["L"])
     return view
 
 
 def draw_depths(view, step, probe):
     """The rule's depths for the step's tasks; a task whose prefix would leave the policy no step (n >=
     --max_steps) is drawn again, it alone, up to 10 times (a fixed rule draws the same) -> (plan, redraws)"""
-    plan, tries = sched.depths(view, step, probe), 0
+    plan, tries = rule.depths(view, step, probe), 0
     while tries < 10 and player.plays:
         if not (over := [i for i, n in enumerate(plan["n"]) if n >= cfg.max_steps]):
             break
-        again, tries = sched.depths(view, step, probe), tries + 1
+        again, tries = rule.depths(view, step, probe), tries + 1
         for i in over:
             plan["n"][i], plan["r"][i] = again["n"][i], again["r"][i]
         plan["probe_rollouts"] += again["probe_rollouts"]
@@ -219,7 +219,7 @@ for step in bar:
     flags = in_batch_order(gather((mine, group_successes(out, len(mine)))), len(tasks))  # 0/1 per episode
     p_hat = [sum(f) / len(f) if f and player.plays else None for f in flags]  # None: no kept outcome
     if hinted := [i for i, v in enumerate(view) if v["L"] and player.plays]:
-        sched.update([tasks[i]["id"] for i in hinted], [p_hat[i] for i in hinted], [flags[i] for i in hinted])
+        rule.update([tasks[i]["id"] for i in hinted], [p_hat[i] for i in hinted], [flags[i] for i in hinted])
     moved = hints.observe([e for part in gather([{k: e[k] for k in ("task_id", "won", "error", "played")}
                                                  for e in out["episodes"]]) for e in part])  # ids: new hints
     # 4. advantages within each group (--advantage, GRPO's by default), then the loss and the update
@@ -251,7 +251,7 @@ for step in bar:
              "t_sched": t_sched, "mem_peak_gb": mem_peak_gb}
     per_rank = gather({"zero_adv_groups": n_zero, "groups": n_groups, "rollout": out["stats"],
                        "probe": player.stats, "episodes": len(out["episodes"]), "errors": len(err)})
-    rec = step_record(step=step, lr=lr, tasks=tasks, p_hat=p_hat, plan=plan, sched_stats=sched.stats(),
+    rec = step_record(step=step, lr=lr, tasks=tasks, p_hat=p_hat, plan=plan, rule_stats=rule.stats(),
                       update=update, view=view, task_hints=task_hints, moved=moved, redraws=redraws,
                       sync_err=sync_err, consist=consist, times=times, t0=t0, per_rank=per_rank)
     rec |= advantage.stats()  # the estimator's own figures (none for GRPO)

@@ -54,11 +54,11 @@ def step_line(rec):
             f"sync {rec['t_sync']:.2f}s")
 
 
-def step_record(*, step, lr, tasks, p_hat, plan, sched_stats, update, view, task_hints, moved, redraws,
+def step_record(*, step, lr, tasks, p_hat, plan, rule_stats, update, view, task_hints, moved, redraws,
                 sync_err, consist, times, t0, per_rank):
     """train.py's log record of a step (log.jsonl; the step line's source), the same on every rank. tasks,
     p_hat: the batch's tasks and success rates in batch order (None: no kept outcome, every episode lost to an
-    error or no play); plan, sched_stats: the rule's plan and stats(); update: the update's logged values;
+    error or no play); plan, rule_stats: the depth rule's plan and stats(); update: the update's values;
     view, task_hints: what the rule saw of the batch, its hints; moved: the task ids whose hint the step moved
     (observe()); consist: per rank (weight sum, run-state JSON); times: t_* seconds; t0: the step's start;
     per_rank: per rank {"zero_adv_groups", "groups", "rollout" (rollout stats), "probe" (probe stats),
@@ -85,7 +85,7 @@ def step_record(*, step, lr, tasks, p_hat, plan, sched_stats, update, view, task
             "hinted": sum(v["L"] is not None for v in view),  # tasks with a hint to replay
             "text_hints": sum(bool(h and h.text) for h in task_hints),  # tasks with a text hint
             "hints_moved": len(moved),  # tasks whose next hint this step's episodes changed
-            **sched_stats,  # the scheduler's stats() whole: a new statistic is logged without a line here
+            **rule_stats,  # the depth rule's stats() whole: a new statistic is logged without a line here
             "rollouts": sum(r["episodes"] for r in per_rank),  # trained on (|B| R); the probes' extra ones:
             "probe_rollouts": plan["probe_rollouts"],
             "rollouts_played": total("rollouts", stats) + total("rollouts", probe_stats),

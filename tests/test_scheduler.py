@@ -172,12 +172,12 @@ def test_a_redraw_draws_again_only_the_tasks_over_the_step_budget():
     plans = [[1, 9, 2], [3, 9, 1], [5, 4, 7]]
     rule = SimpleNamespace(depths=lambda view, step, probe: {"n": list(plans.pop(0)), "r": [0.1, 0.2, 0.3],
                                                               "probe_rollouts": 1})
-    draw = train_function("draw_depths", {"sched": rule, "cfg": cfg(max_steps=8),
+    draw = train_function("draw_depths", {"rule": rule, "cfg": cfg(max_steps=8),
                                            "player": SimpleNamespace(plays=True)})
     plan, tries = draw([{}] * 3, 0, None)
     assert plan["n"] == [1, 4, 2] and tries == 2 and plan["probe_rollouts"] == 3
     fixed = SimpleNamespace(depths=lambda view, step, probe: {"n": [1, 9], "r": [0.1, 0.9], "probe_rollouts": 0})
-    draw = train_function("draw_depths", {"sched": fixed, "cfg": cfg(max_steps=8),
+    draw = train_function("draw_depths", {"rule": fixed, "cfg": cfg(max_steps=8),
                                            "player": SimpleNamespace(plays=True)})
     assert draw([{}] * 2, 0, None) == ({"n": [1, 9], "r": [0.1, 0.9], "probe_rollouts": 0}, 10)  # bounded
 
