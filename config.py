@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass, field
 
 from envs import ENVS, EnvNames, env_class  # the environments' registry: --env's names, checked in validate
-from plumbing.classes import load_class
+from plumbing.plugins import check_plugins, variant, variant_registry  # noqa: F401 (config.variant)
 from plumbing.gamegen import default_cache, official_root  # noqa: F401  (official_root: check_data, tests)
 
 
@@ -159,6 +159,8 @@ class Config:
     reward_scale: float = F(1.0, "reward = reward_scale * won - invalid_penalty * invalid steps "
                             "(released code: 10; tests flip its sign or zero it)", "(-inf, inf)")
     invalid_penalty: float = F(0.0, "reward penalty per invalid step (released code: 0.1)", "[0, inf)")
+    reward: str = F("paper", "the reward of a finished episode: paper (rollout.Reward) or file:Class, a "
+                    "rollout.Reward of your own (README \"Hack it\")")
     constrained: bool = F(False, "constrain decoding to the admissible commands (CPU demo lever)")
     parse_lower: bool = F(False, "lower-case a reply before reading its action (the authors' projection)")
     parse_think: bool = F(False, "a reply without <think>...</think>, or with a CJK character, is played "
@@ -177,6 +179,8 @@ class Config:
                       "the same samples as without)")
     # ---- scheduler (docs/method.md §2, §3, §4) ----
     scheduler: str = F("g2", "the depth rule (the list below; module:Class: a rule of your own)")
+    task_sampler: str = F("order", "which tasks form a step's batch: order (plumbing.tasks.BatchOrder, a "
+                          "seeded pass over the training set) or file:Class, a sampler of your own")
     fixed_ratio: float = F(0.5, "ratio for --scheduler fixed", "[0, 1]")
     step_every: int = F(50, "step decay: one expert action fewer every this many steps", "[1, inf)")
     K: int = F(3, "number of task clusters", "[1, inf)")
@@ -462,9 +466,11 @@ def check_out_dir(cfg, clear=True):
     old = [x for x in sorted(os.listdir(d)) if x in ("log.jsonl", "summary.json") or x.startswith("ckpt_")]
     if not old:
         return
-    if not cfg.overwrite:
+    resumable = any(os.path.exists(os.path.join(d, x, "COMPLETE")) for x in old if x.startswith("ckpt_"))
+    if not cfg.overwrite:  # a run that failed before its first checkpoint has nothing to resume
         fail(f"--out_dir {d} already holds a run ({', '.join(old[:3])}{', ...' if len(old) > 3 else ''}); "
-             "continue it with --resume auto, pick a new --out_dir, or add --overwrite 1 to clear it first")
+             + ("continue it with --resume auto, " if resumable else "it wrote no checkpoint to resume: ")
+             + "pick a new --out_dir, or add --overwrite 1 to clear it first")
     if clear:
         import shutil
         for x in old:
@@ -479,18 +485,11 @@ def validate(cfg):
     for key, allowed in CHOICES.items():
         if allowed is not None and getattr(cfg, key) not in allowed:
             raise ValueError(f"--{key} {getattr(cfg, key)!r}: expected one of {allowed}")
-    if cfg.scheduler not in rule_names():  # unknown: one line; module:Class: importable
-        if ":" not in cfg.scheduler:
-            raise ValueError(f"unknown scheduler {cfg.scheduler!r}: expected one of {rule_names()} "
-                             "or module:Class")
-        variant("rules", cfg.scheduler)
+    if cfg.scheduler not in rule_names() and ":" not in cfg.scheduler:  # module:Class: check_plugins
+        raise ValueError(f"unknown scheduler {cfg.scheduler!r}: expected one of {rule_names()} "
+                         "or module:Class")
     if cfg.hint_source not in HINT_SOURCES and not re.fullmatch(r"[\w.]+:\w+", cfg.hint_source):
         raise ValueError(f"--hint_source {cfg.hint_source!r}: expected one of {HINT_SOURCES} or module:Class")
-    if ":" in cfg.hint_source:  # a source of your own: importable, with a hint source's four methods
-        cls, need = variant("hints", cfg.hint_source), ("hint", "observe", "state_dict", "load_state_dict")
-        if missing := [m for m in need if not callable(getattr(cls, m, None))]:  # rollout.ExpertSource's doc
-            raise ValueError(f"--hint_source {cfg.hint_source}: {cls.__name__} lacks {', '.join(missing)} "
-                             f"(a hint source has {', '.join(need)})")
     if cfg.group_size < 2 and cfg.mode == "grpo":
         raise ValueError(f"--group_size {cfg.group_size}: GRPO needs at least 2 rollouts per task "
                          "(with one, every group-normalised advantage is 0 and nothing trains)")
@@ -504,11 +503,7 @@ def validate(cfg):
     if cfg.vllm_block % 32:
         raise ValueError("--vllm_block must be 0 (vLLM's default) or a multiple of 32 (the CPU kernel's "
                          "unit)")
-    for name in filter(None, cfg.loss_terms.split(",")):  # each one importable: a one-line error now
-        try:
-            variant("losses", name)
-        except ValueError as e:
-            raise ValueError(f"--loss_terms {e}") from None
+    check_plugins(cfg)  # each file:Class importable, with its kind's methods: one line now, before any model
     check_advantage(cfg)
     if cfg.acc_low > cfg.acc_high:
         raise ValueError(f"--acc_low {cfg.acc_low:g} above --acc_high {cfg.acc_high:g}: the deadband is "
@@ -541,11 +536,9 @@ def check_advantage(cfg):
     """--advantage and its flags: one line for an unknown estimator, a milestone file that is not there or a
     setting that cannot hold (the file's content is checked when the estimator is built, before any model
     loads; the numbers' ranges by check_ranges)."""
-    if cfg.advantage not in ADVANTAGES:
-        if ":" not in cfg.advantage:
-            raise ValueError(f"unknown advantage estimator {cfg.advantage!r}: expected one of {ADVANTAGES} "
-                             "or module:Class")
-        variant("advantages", cfg.advantage)
+    if cfg.advantage not in ADVANTAGES and ":" not in cfg.advantage:  # module:Class: check_plugins
+        raise ValueError(f"unknown advantage estimator {cfg.advantage!r}: expected one of {ADVANTAGES} "
+                         "or module:Class")
     if cfg.milestones and (cfg.advantage != "beacon" or cfg.env != "alfworld"):
         raise ValueError("--milestones is read by --advantage beacon on --env alfworld only (WebShop's "
                          "milestones come from its phase detector)")
@@ -631,25 +624,6 @@ def get_config(argv=None, description="", extra=None, base=None):
 
 
 # ---- the one lookup: the core reaches variants/ through here alone, once, at setup
-def variant(kind, name):
-    """The object class that the config names for a fork point: `name` in the REGISTRY dict of
-    variants/<kind>.py (rules, hints, losses, players), or 'module:Class', a file of your own,
-    importable from the working directory. An unknown name raises ValueError in one line."""
-    if ":" in name:
-        return load_class(name, name)
-    registry = variant_registry(kind)
-    if name not in registry:
-        label = {"rules": "scheduler"}.get(kind, f"{kind} variant")
-        raise ValueError(f"unknown {label} {name!r} (have: {', '.join(registry)})")
-    return registry[name]
-
-
-def variant_registry(kind):
-    """name -> class of every variant of a kind (variants/<kind>.py's REGISTRY)."""
-    import importlib
-    return importlib.import_module(f"variants.{kind}").REGISTRY
-
-
 def print_methods():
     """`python config.py methods`: one line per method, name <tab> group <tab> flags
     (run_all.sh reads them)."""

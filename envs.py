@@ -39,7 +39,7 @@ import tempfile
 import time
 import zlib
 
-from plumbing.classes import load_class
+from plumbing.plugins import plugin
 from plumbing.gamegen import (BUILTIN, BUILTIN_TAR, HERE, INVALID_OBS, _alfworld_env, default_cache,
                               length_table, load_tasks, make_builtin, make_games, official_root, task_text)
 from plumbing.pool import EnvPool  # noqa: F401  (re-exported: the worker pool that plays these envs)
@@ -360,9 +360,8 @@ def env_class(name):
     if not isinstance(name, str) or not re.fullmatch(r"[\w.]+:\w+", name):
         raise ValueError(f"--env {name!r}: no such environment; expected one of {list(ENVS)} or module:Class "
                          "(a class of your own, README \"Hack it\")")
-    cls = load_class(name, f"--env {name}")
-    missing = [m for m in ENTRY_NAMES if not hasattr(cls, m)]
-    if missing:
+    cls = plugin("env", name)  # checked against an environment's interface (plumbing/plugins.py)
+    if missing := [m for m in ENTRY_NAMES if not hasattr(cls, m)]:
         raise ValueError(f"--env {name}: {cls.__name__} lacks {', '.join(missing)} (subclass envs.Env)")
     return cls
 

@@ -29,6 +29,7 @@ from grpo import FREE
 # the engines (machinery, plumbing/engines.py), named here too: rollout's interface since it held them
 from plumbing.engines import (HFEngine, VLLMEngine, engine_kwargs, make_engine, seed63,  # noqa: F401
                               sync_check, sync_weights, vllm_reply)
+from plumbing.plugins import plugin
 from plumbing.streams import stream_seed
 
 
@@ -181,18 +182,14 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
 class Reply:
-    """The reply rule, built once at setup (rollout's loop reads no flag): read(text, finished) -> (action or
-    None, valid?); reward(won, n_invalid); row_rewards(won, invalid: a bool per row) -> a reward per row;
-    adv_level "traj" (grpo.row_advantages from episode rewards) | "step". Defaults (CPU presets):
-    parse_action, the 0/1 outcome. --preset paper reads as the authors' projection does
-    [agent_system/environments/env_package/webshop/projection.py, verl-agent's alfworld_projection]:
+    """The reply rule, built once at setup: read(text, finished) -> (action or None, valid?); rewards: Reward
+    or --reward's. --preset paper reads as the authors' projection does [verl-agent's alfworld_projection]:
     --parse_lower reads the lower-cased reply; --parse_think makes one without <think>...</think>, or with a
-    CJK character, invalid (still played). reward = --reward_scale * won - --invalid_penalty * invalid steps,
-    on every row (traj) or won minus the row's own penalty (step, the released code's: verl-agent's)."""
+    CJK character, invalid (still played)."""
 
     def __init__(self, cfg):
         self.lower, self.think = cfg.parse_lower, cfg.parse_think
-        self.scale, self.penalty, self.adv_level = cfg.reward_scale, cfg.invalid_penalty, cfg.adv_level
+        self.rewards = Reward(cfg) if cfg.reward == "paper" else plugin("reward", cfg.reward)(cfg)
 
     def read(self, text, finished):
         text = text.lower() if self.lower and isinstance(text, str) else text
@@ -202,13 +199,26 @@ class Reply:
             ok = "<think>" in text and "</think>" in text and not CJK.search(text)
         return action, ok
 
-    def reward(self, won, n_invalid):
-        return self.scale * float(won) - self.penalty * n_invalid
 
-    def row_rewards(self, won, invalid):
+
+class Reward:
+    """The paper's reward of a finished Episode: episode(ep) = --reward_scale won - --invalid_penalty invalid
+    steps; rows(ep): that on every row (--adv_level traj), or won minus the row's own penalty (step, the
+    released code's). Yours: a subclass overriding episode, --reward file:Class; stats(): logged "reward"."""
+
+    def __init__(self, cfg):
+        self.scale, self.penalty, self.adv_level = cfg.reward_scale, cfg.invalid_penalty, cfg.adv_level
+
+    def episode(self, ep):
+        return self.scale * float(ep.won) - self.penalty * ep.invalid
+
+    def rows(self, ep):  # (an episode lost to an error trains on nothing: its rows' rewards are never read)
         if self.adv_level == "traj":
-            return [self.reward(won, sum(invalid))] * len(invalid)
-        return [self.reward(won, float(b)) for b in invalid]  # [released] won minus this row's own penalty
+            return [self.episode(ep)] * len(ep.rows)
+        return [self.scale * float(ep.won) - self.penalty * float(not r["valid"]) for r in ep.rows]
+
+    def stats(self):
+        return {}
 
 
 def _free_head():
@@ -393,10 +403,10 @@ class Turns:
         for e in self.episodes:
             episodes.append({"eid": e.eid, "gid": e.gid, "task_id": e.task["id"], "n": e.n,
                              "played": e.played,
-                             "won": bool(e.won), "reward": reply.reward(e.won, e.invalid), "steps": e.steps,
+                             "won": bool(e.won), "reward": reply.rewards.episode(e), "steps": e.steps,
                              "score": float(e.score) if not e.error else 0.0, "invalid": e.invalid,
                              "error": e.error})
-            for r, rr in zip(e.rows, reply.row_rewards(e.won, [not x["valid"] for x in e.rows])):
+            for r, rr in zip(e.rows, reply.rewards.rows(e)):
                 r["reward"] = rr  # traj: the episode's reward; step (released): won minus this step's penalty
                 rows.append(r)
         flags = group_successes({"episodes": episodes}, self.n_groups)  # per group: kept 0/1 outcomes

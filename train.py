@@ -49,7 +49,8 @@ from plumbing.parallel import (  # noqa: E402
     local_first, load_policy, same_on_ranks, stream_weights, wrap_models)
 from plumbing.lockstep import Ranks, check_terms  # noqa: E402
 from plumbing.report import end_lines, open_log, step_line, step_record, write_summary  # noqa: E402
-from plumbing.tasks import batch_indices, check_step, start_lines, tasks_for, train_subset  # noqa: E402
+from plumbing.plugins import plugin_stats  # noqa: E402
+from plumbing.tasks import check_step, make_sampler, start_lines, tasks_for, train_subset  # noqa: E402
 from plumbing.tiny import resolve_model  # noqa: E402
 
 # -------------------------------------------------------------- distributed setup
@@ -69,8 +70,9 @@ train_tasks = train_subset(local_first(lambda: tasks_for(cfg, cfg.train_split, v
                            cfg.train_games)  # each node extracts its own cache, once
 val_sets, panel, n_eval = eval_tasks(cfg, train_tasks, master)  # hint-free: each split's games, a train panel
 hints = make_hints(cfg, train_tasks)  # every prefix comes from it: rollout.ExpertSource or variants/hints.py
-reply = Reply(cfg)  # how a reply is read and rewarded (rollout.Reply: its flags)
+reply = Reply(cfg)  # how a reply is read (rollout.Reply) and rewarded (.rewards: rollout.Reward, --reward)
 advantage = make_advantage(cfg, train_tasks, master)  # grpo.GRPO (paper) or variants/advantages.py's
+sampler = make_sampler(cfg, train_tasks)  # the batch's tasks: plumbing.tasks.BatchOrder or --task_sampler's
 
 
 def hint_len(hint):  # L: the length of a hint's actions; None without any (played at depth 0)
@@ -98,7 +100,7 @@ opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_
 rule = make_rule(cfg, [t["id"] for t in train_tasks], lengths, cfg.seed, tok)  # G2, or a variant's rule
 player = make_player(cfg, rule, engine, pool, tok, reply, rank, gather)  # who plays a step's groups
 # saved in every checkpoint, restored on resume, compared across ranks
-run_state = {"sched": rule, "hints": hints}  # keys as checkpoints have saved them
+run_state = {"sched": rule, "hints": hints, "sampler": sampler}  # keys as checkpoints save them
 checkpoint = functools.partial(ckpt.checkpoint, cfg=cfg, policy=policy, opt=opt, tok=tok, run_state=run_state,
                                fsdp=fsdp, gather=gather, master=master, ddp=ddp)  # (step, why, redraws, s)
 prec = (lambda: contextlib.nullcontext()) if fsdp else (lambda: autocast(device, dtype))  # FSDP casts itself
@@ -201,7 +203,7 @@ for step in bar:
     for g in opt.param_groups:
         g["lr"] = lr
     # 1. the batch (identical on every rank, the same on resume), one hint per task, a depth per task
-    tasks = [train_tasks[i] for i in batch_indices(step, cfg.batch_tasks, len(train_tasks), cfg.seed)]
+    tasks = [train_tasks[i] for i in sampler.batch(step)]
     task_hints = [hints.hint(t) for t in tasks]  # asked once per task per step
     view = scheduler_view(tasks, task_hints)  # [{"id", "L" (None: no hint), "actions"}]
     mine = list(range(rank, len(tasks), world))  # this rank's shard of the batch
@@ -220,6 +222,7 @@ for step in bar:
     p_hat = [sum(f) / len(f) if f and player.plays else None for f in flags]  # None: no kept outcome
     if hinted := [i for i, v in enumerate(view) if v["L"] and player.plays]:
         rule.update([tasks[i]["id"] for i in hinted], [p_hat[i] for i in hinted], [flags[i] for i in hinted])
+    sampler.observe([t["id"] for t in tasks], p_hat)  # every task's outcome, for the next batches
     moved = hints.observe([e for part in gather([{k: e[k] for k in ("task_id", "won", "error", "played")}
                                                  for e in out["episodes"]]) for e in part])  # ids: new hints
     # 4. advantages within each group (--advantage, GRPO's by default), then the loss and the update
@@ -254,7 +257,7 @@ for step in bar:
     rec = step_record(step=step, lr=lr, tasks=tasks, p_hat=p_hat, plan=plan, rule_stats=rule.stats(),
                       update=update, view=view, task_hints=task_hints, moved=moved, redraws=redraws,
                       sync_err=sync_err, consist=consist, times=times, t0=t0, per_rank=per_rank)
-    rec |= advantage.stats()  # the estimator's own figures (none for GRPO)
+    rec |= advantage.stats() | plugin_stats(dict(task_sampler=sampler, reward=reply.rewards, hints=hints))
     if master:  # a mini-batch skipped for a non-finite loss: a warning on the step line
         log.write(json.dumps(rec, default=lambda o: o.item() if hasattr(o, "item") else str(o)) + "\n")
         log.flush()

@@ -50,6 +50,40 @@ def batch_indices(step, B, N, seed):
     return idx
 
 
+class BatchOrder:
+    """--task_sampler order (the default): batch_indices, a seeded pass over the training set. A task sampler
+    is built at setup as Class(cfg, tasks) and asked every step, the same on every rank: batch(step) -> |B|
+    indices into tasks; observe(task_ids, p_hat): the step's tasks and their success rates (None: no kept
+    outcome); stats() -> a dict logged under "task_sampler"; state_dict() / load_state_dict(sd): JSON, saved
+    in every checkpoint. Yours: --task_sampler file:Class (README "Hack it")."""
+
+    def __init__(self, cfg, tasks):
+        self.B, self.n, self.seed = cfg.batch_tasks, len(tasks), cfg.seed
+
+    def batch(self, step):
+        return batch_indices(step, self.B, self.n, self.seed)
+
+    def observe(self, task_ids, p_hat):
+        pass
+
+    def stats(self):
+        return {}
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, sd):
+        pass
+
+
+def make_sampler(cfg, tasks):
+    """--task_sampler: order (BatchOrder) or file:Class (checked at start-up: plumbing/plugins.py)."""
+    if cfg.task_sampler == "order":
+        return BatchOrder(cfg, tasks)
+    from plumbing.plugins import plugin
+    return plugin("task_sampler", cfg.task_sampler)(cfg, tasks)
+
+
 def check_step(cfg, tok, tasks, n_eval, world):
     """One-line errors (exit 2) for a step this run cannot hold, before the rollout engine starts:
     - |B| above the training set: a step's tasks come from a pass over the set without repeats (a task comes

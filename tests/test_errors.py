@@ -80,6 +80,19 @@ def test_run_directory_is_never_overwritten_silently(tmp_path):
     check_out_dir(Config(out_dir=str(d), resume="auto"))
 
 
+def test_a_first_run_that_failed_is_not_offered_a_resume(tmp_path):
+    """A run that failed before its first checkpoint leaves log.jsonl (its first evaluation) and no complete
+    checkpoint (a ckpt_*.tmp of a crash mid-save is none): the rerun's one line offers a new --out_dir or
+    --overwrite 1, and says there is no checkpoint to resume, never --resume auto."""
+    d = tmp_path / "run"
+    (d / "ckpt_000005").mkdir(parents=True)  # no COMPLETE: not a checkpoint
+    (d / "log.jsonl").write_text('{"step": 0, "eval": {}}\n')
+    rc, err = run("train.py", "--out_dir", str(d), "--steps", "1")
+    one_line(rc, err, f"--out_dir {d} already holds a run", "no checkpoint to resume", "new --out_dir",
+             "--overwrite 1")
+    assert "--resume" not in err
+
+
 def test_pruning_keeps_the_checkpoint_just_written(tmp_path):
     """An old run's ckpt_000020 and ckpt_000040 sort after the new step 1: with keep 2 the new ckpt_000001 and
     the newest old one (ckpt_000040) stay, ckpt_000020 goes."""

@@ -331,13 +331,16 @@ def test_adamw_update_norm_first_step_by_hand(wd, delta2):
 
 
 def test_row_rewards_traj_vs_step_level():
-    """rollout.Reply's row rewards. traj: every row gets the episode's reward; step (released code): each row
+    """rollout.Reward's row rewards. traj: every row gets the episode's reward; step (released code): each row
     its own invalid penalty."""
     from types import SimpleNamespace
     from config import get_config
-    from rollout import Reply
-    rule = lambda level: Reply(SimpleNamespace(parse_lower=False, parse_think=False, reward_scale=10.0,  # noqa: E731
-                                               invalid_penalty=0.1, adv_level=level)).row_rewards
+    from rollout import Episode, Reward
+
+    def rule(level):  # (won, a bool per row: invalid) -> the rows' rewards of such a finished episode
+        reward = Reward(SimpleNamespace(reward_scale=10.0, invalid_penalty=0.1, adv_level=level))
+        return lambda won, invalid: reward.rows(Episode(0, 0, {}, 0, [], [], "", won=won, invalid=sum(invalid),
+                                                        rows=[{"valid": not b} for b in invalid]))
     # a won episode of 3 steps, the middle one invalid; reward 10 * won - 0.1 * invalid
     # traj: 10 - 0.1 * 1 = 9.9 on every row; step: 10, 10 - 0.1 = 9.9, 10
     assert rule("traj")(True, [False, True, False]) == pytest.approx([9.9, 9.9, 9.9])

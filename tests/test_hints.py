@@ -238,7 +238,8 @@ def test_the_readme_hint_source_runs_as_one_file_and_its_text_reaches_the_prompt
     assert [restored.hint(x) for x in tasks[:20] + [t]] == [source.hint(x) for x in tasks[:20] + [t]]
     with pytest.raises(SystemExit):
         get_config(["--hint_source", "bad_hints:NoObserve"])
-    assert "NoObserve lacks observe, state_dict, load_state_dict" in capsys.readouterr().err
+    # the first method it lacks, with the signature the code calls it by (plumbing/plugins.py)
+    assert "NoObserve has no method observe; it must be NoObserve.observe(self, episodes)" in capsys.readouterr().err
     sys.modules.pop("my_hints", None)
     sys.modules.pop("bad_hints", None)
 

@@ -250,8 +250,11 @@ def test_the_wheel_installs_and_imports_every_module(tmp_path):
     assert out.stdout.startswith("imported")
 
 
-METHOD_CAP = 900  # lines the README's method tier may hold: what a researcher must read to change the method
-UPDATE_CAP = 40  # lines of train.py's update_policy: mini-batches -> micro-batches -> log-probs -> loss -> step
+# What these caps guard, each with room for a fork's few lines (not today's exact counts):
+METHOD_CAP = 900  # the README's method tier: what a researcher reads to change the method, in an afternoon
+UPDATE_CAP = 40  # train.py's update_policy: mini-batches -> micro-batches -> log-probs -> loss -> step, one screen
+LOOP_CAP = 90  # train.py's loop: the method's steps in one read, its machinery called by name
+SCHEDULER_CAP = 140  # scheduler.py: the card's "~100-line scheduler module", the paper's rule and its state
 
 
 def unit_lines(path):
@@ -336,8 +339,9 @@ def test_the_readmes_tiers_name_real_code_and_count_their_lines():
     text = open(os.path.join(ROOT, "train.py")).read().splitlines()
     first = next(i for i, line in enumerate(text) if line.startswith("for step in bar"))
     last = next(i for i, line in enumerate(text) if line.startswith("# ---") and i > first)
-    assert last - first <= 80, f"train.py's loop is {last - first} lines; at most 80"
-    assert sum(1 for _ in open(os.path.join(ROOT, "scheduler.py"))) <= 130, "scheduler.py: at most 130 lines"
+    assert last - first <= LOOP_CAP, f"train.py's loop is {last - first} lines; at most {LOOP_CAP}"
+    n = sum(1 for _ in open(os.path.join(ROOT, "scheduler.py")))
+    assert n <= SCHEDULER_CAP, f"scheduler.py: {n} lines, at most {SCHEDULER_CAP}"
 
 
 def test_the_update_is_in_plain_sight_in_train_py():
@@ -366,10 +370,10 @@ def test_each_machinery_module_opens_with_its_contract():
 
 
 def test_the_readme_stays_short():
-    """The README is the front page, a ten-minute read: 260 lines at most (three forks shown whole, each a block a
-    test runs; the environment's in docs/environment.md), results detail in docs/results.md."""
+    """The README is the front page, a ten-minute read: 320 lines at most (the seven plug-in kinds, six shown whole,
+    each a block a test runs; the environment's in docs/environment.md), results detail in docs/results.md."""
     lines = open(os.path.join(ROOT, "README.md")).read().splitlines()
-    assert len(lines) <= 260, f"README.md has {len(lines)} lines; move detail into docs/"
+    assert len(lines) <= 320, f"README.md has {len(lines)} lines; move detail into docs/"
 
 
 # ---- the paper's path reads no variant's flag; the core reaches variants/ through config.variant alone

@@ -598,19 +598,23 @@ def test_the_reply_rule_follows_its_flags():
     presets' flags, reward_scale * won - invalid_penalty * invalid steps, on every row (traj) or won minus the
     row's own penalty (step), worked by hand."""
     from config import get_config
-    plain = Reply(cfg())
+    from rollout import Episode
+
+    def ep(won, invalid):  # a finished episode: a row per turn, `invalid` of them invalid
+        return Episode(0, 0, {}, 0, [], [], "", won=won, invalid=sum(invalid), rows=[{"valid": not b} for b in invalid])
+    plain = Reply(cfg()).rewards
     assert plain.adv_level == "traj"
     for won, invalid in ((True, [False, True, False]), (False, [True, True]), (True, []), (False, [False])):
-        assert plain.reward(won, sum(invalid)) == float(won)
-        assert plain.row_rewards(won, invalid) == [float(won)] * len(invalid)
+        assert plain.episode(ep(won, invalid)) == float(won)
+        assert plain.rows(ep(won, invalid)) == [float(won)] * len(invalid)
     paper = get_config(["--preset", "paper"])
     r = Reply(paper)
-    assert (r.lower, r.think, r.adv_level) == (True, True, paper.adv_level)
-    assert r.reward(True, 2) == paper.reward_scale - 2 * paper.invalid_penalty
-    released = Reply(get_config(["--preset", "released"]))  # reward_scale 10, invalid_penalty 0.1, step
-    assert released.reward(True, 2) == pytest.approx(9.8)
-    assert released.row_rewards(True, [False, True]) == pytest.approx([10.0, 9.9])
-    assert released.row_rewards(False, [True, True]) == pytest.approx([-0.1, -0.1])
+    assert (r.lower, r.think, r.rewards.adv_level) == (True, True, paper.adv_level)
+    assert r.rewards.episode(ep(True, [True, True])) == paper.reward_scale - 2 * paper.invalid_penalty
+    released = Reply(get_config(["--preset", "released"])).rewards  # reward_scale 10, invalid_penalty 0.1, step
+    assert released.episode(ep(True, [True, True])) == pytest.approx(9.8)
+    assert released.rows(ep(True, [False, True])) == pytest.approx([10.0, 9.9])
+    assert released.rows(ep(False, [True, True])) == pytest.approx([-0.1, -0.1])
 
 
 def test_a_turns_prompts_tokenised_at_once_are_the_prompts_one_at_a_time(tiny):
