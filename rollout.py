@@ -261,7 +261,8 @@ episode_ids = itertools.count(1)  # one id per episode this process plays: the e
 @dataclasses.dataclass
 class Episode:
     """One rollout in flight. task: the task's record; goal: its goal as the environment states it; played:
-    the prefix's n actions, then each action the environment took; history: (observation, action) pairs;
+    the prefix's n actions, then each action the environment took (a reply invalid in format but played
+    included); history: (observation, action) pairs;
     steps: env steps, the prefix's included (they count against --max_steps); key: its sampling stream."""
     eid: int
     gid: int

@@ -95,8 +95,8 @@ def variant(kind, name):
 
 
 def check_plugins(cfg):
-    """Every plug-in's file:Class imported and checked against its kind's interface; --loss_terms' names known;
-    --task_sampler and --reward their default or file:Class. One ValueError line otherwise."""
+    """Every plug-in's file:Class imported and checked against its kind's interface; --loss_terms' names
+    known; --task_sampler and --reward their default or file:Class. One ValueError line otherwise."""
     names = {"rule": [cfg.scheduler], "hints": [cfg.hint_source], "env": [cfg.env],
              "loss": cfg.loss_terms.split(","), "advantage": [cfg.advantage],
              "task_sampler": [cfg.task_sampler], "reward": [cfg.reward]}
