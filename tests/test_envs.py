@@ -536,7 +536,7 @@ def test_unknown_environments_are_one_line_errors(tmp_path, monkeypatch):
     for name, words in [("bogus", "no such environment"), ("alf world", "no such environment"),
                         ("no_such_module_xyz:Env", "cannot import 'no_such_module_xyz'"),
                         ("envs:NoSuchClass", "no class 'NoSuchClass'"),
-                        ("my_half_env:Half", "lacks env_spec")]:
+                        ("my_half_env:Half", "Half has no method env_spec")]:
         with pytest.raises(ValueError, match=words) as e:
             env_class(name)
         assert "\n" not in str(e.value)
@@ -560,7 +560,8 @@ def test_the_prompt_takes_its_wording_from_the_registry(tmp_path, monkeypatch):
         " For search[<query>], write the query yourself."
     (tmp_path / "worded_env.py").write_text("from envs import Env\n\n\nclass Worded(Env):\n"
                                             "    wording = ('a test agent', 'Be brief.')\n"
-                                            "    reset = step = None\n")
+                                            "    def reset(self, gamefile, prefix):\n        raise NotImplementedError\n\n"
+                                            "    def step(self, ep, action):\n        raise NotImplementedError\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     own = user_message(*args, Config(prompt="full", env="worded_env:Worded"))
     assert own.startswith("You are a test agent. Your task") and own.endswith("</action>. Be brief.")
