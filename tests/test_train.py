@@ -328,8 +328,8 @@ def test_released_preset_evaluates_as_the_authors_do(tmp_path):
 
 def test_self_hints_run_and_resume_warns_when_a_run_state_is_missing(tmp_path):
     """--hint_source self --drop_walkthroughs 0.5: half the training tasks start without a hint (played at
-    depth 0, outside the scheduler's statistics); every checkpoint holds the run-state registry (the scheduler
-    and the hint source); a checkpoint without one of them resumes with a warning, not silently."""
+    depth 0, outside the scheduler's statistics); every checkpoint holds the run-state registry (the scheduler,
+    the hint source and the task sampler); a checkpoint without one of them resumes with a warning, not silently."""
     import re
     common = ["--steps", "2", "--engine", "hf", "--hint_source", "self", "--drop_walkthroughs", "0.5",
               "--ckpt_every", "1"]
@@ -342,7 +342,7 @@ def test_self_hints_run_and_resume_warns_when_a_run_state_is_missing(tmp_path):
     best = json.load(open(tmp_path / "ckpt_000002" / "state.json"))["state"]["hints"]["1"]["best"]
     assert sum(r["hints_moved"] for r in recs) >= len(best)
     state = json.load(open(tmp_path / "ckpt_000001" / "state.json"))
-    assert set(state["state"]) == {"sched", "hints"}
+    assert set(state["state"]) == {"sched", "hints", "sampler"}
     assert set(state["state"]["hints"]) == {"0", "1"} and "best" in state["state"]["hints"]["1"]
     del state["state"]["hints"]
     json.dump(state, open(tmp_path / "ckpt_000001" / "state.json", "w"))
