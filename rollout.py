@@ -203,8 +203,9 @@ class Reply:
 
 class Reward:
     """The paper's reward of a finished Episode: episode(ep) = --reward_scale won - --invalid_penalty invalid
-    steps; rows(ep): that on every row (--adv_level traj), or won minus the row's own penalty (step, the
-    released code's). Yours: a subclass overriding episode, --reward file:Class; stats(): logged "reward"."""
+    steps; rows(ep, reward): that reward, asked once, on every row (--adv_level traj), or won minus the row's
+    own penalty (step, the released code's). Yours: a subclass overriding episode, --reward file:Class;
+    stats(): logged "reward"."""
 
     def __init__(self, cfg):
         self.scale, self.penalty, self.adv_level = cfg.reward_scale, cfg.invalid_penalty, cfg.adv_level
@@ -212,9 +213,9 @@ class Reward:
     def episode(self, ep):
         return self.scale * float(ep.won) - self.penalty * ep.invalid
 
-    def rows(self, ep):  # (an episode lost to an error trains on nothing: its rows' rewards are never read)
+    def rows(self, ep, reward):  # reward: episode(ep) (an error episode's rows' rewards are never read)
         if self.adv_level == "traj":
-            return [self.episode(ep)] * len(ep.rows)
+            return [reward] * len(ep.rows)
         return [self.scale * float(ep.won) - self.penalty * float(not r["valid"]) for r in ep.rows]
 
     def stats(self):
@@ -402,12 +403,12 @@ class Turns:
         pool.run([("close", e.eid) for e in self.episodes])
         episodes, rows, reply = [], [], self.reply
         for e in self.episodes:
+            reward = reply.rewards.episode(e)  # once an episode: a reward rule may count what it sees
             episodes.append({"eid": e.eid, "gid": e.gid, "task_id": e.task["id"], "n": e.n,
-                             "played": e.played,
-                             "won": bool(e.won), "reward": reply.rewards.episode(e), "steps": e.steps,
+                             "played": e.played, "won": bool(e.won), "reward": reward, "steps": e.steps,
                              "score": float(e.score) if not e.error else 0.0, "invalid": e.invalid,
                              "error": e.error})
-            for r, rr in zip(e.rows, reply.rewards.rows(e)):
+            for r, rr in zip(e.rows, reply.rewards.rows(e, reward)):
                 r["reward"] = rr  # traj: the episode's reward; step (released): won minus this step's penalty
                 rows.append(r)
         flags = group_successes({"episodes": episodes}, self.n_groups)  # per group: kept 0/1 outcomes

@@ -30,7 +30,7 @@ INTERFACES = {
     "task_sampler": ("--task_sampler", {"__init__": ("cfg", "tasks"), "batch": ("step",),
                                         "observe": ("task_ids", "p_hat"), "stats": (), "state_dict": (),
                                         "load_state_dict": ("sd",)}),
-    "reward": ("--reward", {"__init__": ("cfg",), "episode": ("ep",), "rows": ("ep",), "stats": ()}),
+    "reward": ("--reward", {"__init__": ("cfg",), "episode": ("ep",), "rows": ("ep", "reward"), "stats": ()}),
 }
 
 

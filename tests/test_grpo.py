@@ -339,8 +339,10 @@ def test_row_rewards_traj_vs_step_level():
 
     def rule(level):  # (won, a bool per row: invalid) -> the rows' rewards of such a finished episode
         reward = Reward(SimpleNamespace(reward_scale=10.0, invalid_penalty=0.1, adv_level=level))
-        return lambda won, invalid: reward.rows(Episode(0, 0, {}, 0, [], [], "", won=won, invalid=sum(invalid),
-                                                        rows=[{"valid": not b} for b in invalid]))
+        def rows(won, invalid):
+            ep = Episode(0, 0, {}, 0, [], [], "", won=won, invalid=sum(invalid), rows=[{"valid": not b} for b in invalid])
+            return reward.rows(ep, reward.episode(ep))
+        return rows
     # a won episode of 3 steps, the middle one invalid; reward 10 * won - 0.1 * invalid
     # traj: 10 - 0.1 * 1 = 9.9 on every row; step: 10, 10 - 0.1 = 9.9, 10
     assert rule("traj")(True, [False, True, False]) == pytest.approx([9.9, 9.9, 9.9])

@@ -66,7 +66,7 @@ def test_the_readme_reward_counts_first_visits_after_the_prefix(user_dir):
     played = ["go to desk 1", "go to desk 1", "go to shelf 2", "go to shelf 2", "take mug 1 from shelf 2", "go to sink 1"]
     ep = Episode(0, 0, {}, 1, played, [], "", won=True, rows=[{"valid": True}] * 5)
     r = Visits(get_config([]))
-    assert r.episode(ep) == pytest.approx(1.1) and r.rows(ep) == pytest.approx([1.1] * 5)
+    assert r.episode(ep) == pytest.approx(1.1) and r.rows(ep, r.episode(ep)) == pytest.approx([1.1] * 5)
 
 
 def steps(out):

@@ -606,15 +606,16 @@ def test_the_reply_rule_follows_its_flags():
     assert plain.adv_level == "traj"
     for won, invalid in ((True, [False, True, False]), (False, [True, True]), (True, []), (False, [False])):
         assert plain.episode(ep(won, invalid)) == float(won)
-        assert plain.rows(ep(won, invalid)) == [float(won)] * len(invalid)
+        assert plain.rows(ep(won, invalid), float(won)) == [float(won)] * len(invalid)
     paper = get_config(["--preset", "paper"])
     r = Reply(paper)
     assert (r.lower, r.think, r.rewards.adv_level) == (True, True, paper.adv_level)
     assert r.rewards.episode(ep(True, [True, True])) == paper.reward_scale - 2 * paper.invalid_penalty
     released = Reply(get_config(["--preset", "released"])).rewards  # reward_scale 10, invalid_penalty 0.1, step
     assert released.episode(ep(True, [True, True])) == pytest.approx(9.8)
-    assert released.rows(ep(True, [False, True])) == pytest.approx([10.0, 9.9])
-    assert released.rows(ep(False, [True, True])) == pytest.approx([-0.1, -0.1])
+    for won, invalid, want in ((True, [False, True], [10.0, 9.9]), (False, [True, True], [-0.1, -0.1])):
+        e = ep(won, invalid)
+        assert released.rows(e, released.episode(e)) == pytest.approx(want)
 
 
 def test_a_turns_prompts_tokenised_at_once_are_the_prompts_one_at_a_time(tiny):
