@@ -42,7 +42,7 @@ CHOICES = {
     "loss_agg": ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "episode"],
     "engine": ["auto", "vllm", "hf"],
     "sample_streams": ["engine", "episode"],
-    "prompt": ["full", "compact"],
+    "prompt": ["full", "compact", "rlvmr", "rlvmr_compact"],
     "games": ["builtin", "official"],
     "env": EnvNames(ENVS),  # the registered environments (envs.ENVS); module:Class too (validate)
     "webshop_backend": ["lite", "official"],
@@ -152,7 +152,9 @@ class Config:
     train_games: int = F(0, "train on a fixed seeded subset of N games of the split (0 = all)", "[0, inf)")
     max_steps: int = F(50, "episode step budget; expert-prefix steps count against it", "[1, inf)")
     history_length: int = F(2, "(observation, action) pairs shown in the prompt", "[0, inf)")
-    prompt: str = F("full", "full (<think> + <action>) | compact (action tag only, short obs, past actions)")
+    prompt: str = F("full", "full (<think> + <action>) | compact (action tag only, short obs, past actions) | "
+                    "rlvmr (RLVMR's tags and plan carry-over, ALFWorld: variants/formats.py) | rlvmr_compact (its "
+                    "short form)")
     max_prompt_tokens: int = F(2048, "prompt budget; a longer prompt drops its oldest history first, "
                                "keeping the task and the current observation", "[1, inf)")
     max_new_tokens: int = F(256, "reply budget per step; a reply that hits it is invalid", "[1, inf)")
@@ -239,12 +241,14 @@ class Config:
                      "the authors' prefix SFT)")
     adv_level: str = F("traj", "group-normalise advantages over trajectories (paper) or step rows (released)")
     advantage: str = F("grpo", "advantage estimator: grpo (paper: group-normalised outcomes) | gigpo | "
-                       "beacon (variants/advantages.py) | module:Class (an estimator of your own; README "
-                       "Hack it)")
+                       "beacon | rlvmr (variants/advantages.py) | module:Class (an estimator of your own; "
+                       "README Hack it)")
     adv_mode: str = F("mean_norm", "gigpo, beacon: mean_norm (subtract the group mean) | mean_std_norm (and "
                       "divide by the group's std); the references' yaml default is mean_norm")
-    step_adv_w: float = F(1.0, "gigpo: omega, beacon: lambda, the weight of the step (segment) advantage",
-                          "[0, inf)")
+    step_adv_w: float = F(1.0, "gigpo: omega, beacon: lambda, rlvmr: w, the weight of the step (segment, "
+                          "tag) advantage", "[0, inf)")
+    rlvmr_alpha: float = F(0.0, "rlvmr: 0 = its code's A^traj + w A^MR; a in (0, 1) = its paper's convex "
+                           "a A^traj + (1 - a) A^MR (0.5)", "[0, 1)")
     step_gamma: float = F(0.95, "gigpo: the step return's discount; beacon: the decay of a segment's reward "
                           "with the distance to its milestone", "(0, 1]")
     similarity_thresh: float = F(0.0, "gigpo: group anchors whose difflib ratio is >= this (the "
@@ -304,9 +308,18 @@ METHODS = {
                               "--invalid_penalty 0.1"),
     "g2_gigpo": ("main", "--scheduler g2 --advantage gigpo --adv_mode mean_std_norm --step_adv_w 1 "
                          "--step_gamma 0.95 --reward_scale 10 --invalid_penalty 0.1"),
-    # the same estimators under their references' own protocols (GPU grid; config/gigpo_ref.py, beacon_ref.py)
+    # Table 1's Aux-RL row (docs/method.md §3.2): RLVMR from its cold start (rlvmr_cold: SFT on tagged
+    # trajectories), its tag prompt, reward (10 * won, 0.1 off a format-invalid row) and advantage as its RL
+    # script (mean_std_norm, w 1); GRPO from the same cold start and prompt (grpo_cold). run_all.sh adds the
+    # tagged file, the cold start's budget and its checkpoint
+    "rlvmr_cold": ("aux_rl", "--mode sft_full --scheduler none --prompt rlvmr"),
+    "rlvmr": ("aux_rl", "--scheduler none --prompt rlvmr --advantage rlvmr --adv_mode mean_std_norm "
+                        "--step_adv_w 1 --reward_scale 10 --invalid_penalty 0.1"),
+    "grpo_cold": ("aux_rl", "--scheduler none --prompt rlvmr"),
+    # the same estimators under their references' own protocols (GPU grid; config/*_ref.py)
     "gigpo_ref": ("reference", "--preset gigpo_ref"),
     "beacon_ref": ("reference", "--preset beacon_ref"),
+    "rlvmr_ref": ("reference", "--preset rlvmr_ref"),
     "released": ("released", "--preset released"),  # the authors' launcher (GPU grid)
     # the released code's depth rules on another preset (the CPU grid): the e065918 launchers' values
     "released_rules": ("released", "--lam 0.3 --cap 0.8 --mu_update deadband --acc_low 0.5 --acc_high 0.5 "
@@ -443,9 +456,16 @@ def check_data(cfg):
     if cfg.expert_data:
         from plumbing.expert_data import read_expert_file
         try:
-            read_expert_file(cfg.expert_data)
+            entries = read_expert_file(cfg.expert_data)
+            if cfg.prompt.startswith("rlvmr") and replays_expert(cfg):  # each step's reply in RLVMR's format
+                variant("formats", cfg.prompt).check_steps(cfg.expert_data, entries)
         except (ValueError, FileNotFoundError) as e:
             fail(str(e))
+
+
+def replays_expert(cfg):
+    """Whether a run's rows hold expert replies (hints' prefixes, SFT): --prompt rlvmr's need tags."""
+    return cfg.mode != "grpo" or cfg.scheduler != "none"
 
 
 def check_out_dir(cfg, clear=True):
@@ -527,9 +547,9 @@ def validate(cfg):
     return cfg
 
 
-ADVANTAGES = ["grpo", "gigpo", "beacon"]  # grpo.GRPO and variants/advantages.py's; or module:Class
+ADVANTAGES = ["grpo", "gigpo", "beacon", "rlvmr"]  # grpo.GRPO and variants/advantages.py's; or module:Class
 ADVANTAGE_FLAGS = ("adv_mode", "step_adv_w", "step_gamma", "similarity_thresh", "milestones",
-                   "milestone_thresh")  # read by gigpo and beacon only
+                   "milestone_thresh", "rlvmr_alpha")  # read by gigpo, beacon and rlvmr only
 
 
 def check_advantage(cfg):
@@ -545,6 +565,17 @@ def check_advantage(cfg):
     if cfg.milestones and not os.path.isfile(cfg.milestones):
         raise ValueError(f"--milestones {cfg.milestones}: no such file (BEACON's migpo/alfworld.json "
                          "format); leave it empty to use each task's expert actions")
+    if cfg.advantage == "rlvmr" and not cfg.prompt.startswith("rlvmr"):
+        raise ValueError(f"--advantage rlvmr rewards RLVMR's tags: it needs --prompt rlvmr or rlvmr_compact "
+                         f"(--prompt {cfg.prompt}'s replies carry none" + ("; its constrained decoder emits "
+                                                                           "action tags only)"
+                                                                           if cfg.constrained else ")"))
+    if cfg.prompt.startswith("rlvmr") and cfg.env != "alfworld":
+        raise ValueError(f"--prompt {cfg.prompt} is ALFWorld's: RLVMR has no WebShop path (its released code tags "
+                         f"ALFWorld and SciWorld replies only); got --env {cfg.env}")
+    if cfg.prompt.startswith("rlvmr") and not cfg.expert_data and replays_expert(cfg):
+        raise ValueError(f"--prompt {cfg.prompt}: the expert steps this run replays or fits need tagged replies: give "
+                         "--expert_data a tagged-trajectory file (python -m variants.formats standin)")
     if cfg.advantage == "beacon" and cfg.scheduler != "none":
         raise ValueError(f"--advantage beacon plays hint-free (--scheduler none): its segments are defined "
                          f"on whole trajectories; got --scheduler {cfg.scheduler}")

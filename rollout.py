@@ -88,9 +88,22 @@ def group(task, hint, n, R):
 # ----------------------------------------------------------------------------------------------
 # Prompt protocol (docs/method.md §7) and parsing
 # ----------------------------------------------------------------------------------------------
-def user_message(task, room, history, obs, admissible, step, cfg, hint=""):
+@functools.lru_cache(None)
+def reply_format(prompt):
+    """--prompt's reply format beyond full and compact (variants/formats.py: rlvmr, through config.variant,
+    looked up once), else None."""
+    if prompt in ("full", "compact"):
+        return None
+    from config import variant
+    return variant("formats", prompt)
+
+
+def user_message(task, room, history, obs, admissible, step, cfg, hint="", outputs=()):
     """The single-turn user message for one decision. history: [(obs, action)], prefix steps included. hint: a
-    hint's text, shown on a line of its own after the task ("": no line, the prompt as without hints)."""
+    hint's text, shown on a line of its own after the task ("": no line, the prompt as without hints).
+    outputs: every earlier step's (obs, reply) (--prompt rlvmr shows the last three and their plan)."""
+    if fmt := reply_format(cfg.prompt):
+        return fmt.message(task, room, history, obs, admissible, step, outputs, hint, cfg)
     if cfg.prompt == "compact":  # tiny-model variant: every past action, short observation, action tag only
         done = " | ".join(a for _, a in history) or "-"
         obs = obs.replace(" [SEP] ", " | ")  # WebShop pages: shorter separators (ALFWorld text has none)
@@ -113,19 +126,23 @@ def user_message(task, room, history, obs, admissible, step, cfg, hint=""):
     return "\n".join(lines)
 
 
-def expert_reply(action, think=None):
+def expert_reply(action, think=None, fmt=None):
     """An expert action as a policy reply (aux and SFT targets): the action tag alone, or (think not None: the
     full prompt) "<think>{think}</think>\n<action>{action}</action>" as the authors render prefix-SFT targets
-    [ZJU-REAL/Agent-G2 agent_system/multi_turn_rollout/rollout_loop.py, _build_prefix_sft_batch]."""
+    [ZJU-REAL/Agent-G2 agent_system/multi_turn_rollout/rollout_loop.py, _build_prefix_sft_batch]; fmt (a
+    reply format): its reply_text, the think its tagged reason."""
+    if fmt is not None:
+        return fmt.reply_text(think or "", action)
     if think is None:
         return f"<action>{action}</action>"
     return f"<think>{think}</think>\n<action>{action}</action>"
 
 
 def target_think(thinks, t, cfg):
-    """The think of expert step t in its target: None (no think tag) under the compact prompt or constrained
-    decoding (the decoder allows action tags only); else the hint's think, "" when it has none."""
-    if cfg.prompt != "full" or cfg.constrained:
+    """The think of expert step t in its target: None (no think tag) under the compact prompt or the full one
+    decoded constrained (the decoder allows action tags only); else the hint's think (rlvmr: its tagged
+    reason), "" when it has none."""
+    if cfg.prompt == "compact" or cfg.prompt == "full" and cfg.constrained:
         return None
     return thinks[t] if t < len(thinks) else ""
 
@@ -142,14 +159,14 @@ def chat_ids_batch(tok, messages):
     return [list(x) for x in (ids["input_ids"] if isinstance(ids, dict) else ids)]
 
 
-def fit_prompt(tok, task, room, history, obs, admissible, step, cfg, hint=""):
+def fit_prompt(tok, task, room, history, obs, admissible, step, cfg, hint="", outputs=()):
     """The prompt of one decision within --max_prompt_tokens -> (ids, truncated?). An over-long one drops past
     steps, oldest first; the task line (and a hint's line) and the current observation stay; with no history
     left, the middle goes (the first quarter of the budget stays, the rest from the end). (The authors
     truncate from the left, which drops the task first: data.truncation=left.)"""
-    first = max(0, len(history) - cfg.history_length) if cfg.prompt == "full" else 0  # the first step shown
+    first = max(0, len(history) - cfg.history_length) if "compact" not in cfg.prompt else 0  # 1st shown
     for j in range(first, len(history) + 1):
-        ids = chat_ids(tok, user_message(task, room, history[j:], obs, admissible, step, cfg, hint))
+        ids = chat_ids(tok, user_message(task, room, history[j:], obs, admissible, step, cfg, hint, outputs))
         if len(ids) <= cfg.max_prompt_tokens:
             return ids, j > first
     head = cfg.max_prompt_tokens // 4
@@ -157,12 +174,12 @@ def fit_prompt(tok, task, room, history, obs, admissible, step, cfg, hint=""):
 
 
 def fit_prompts(tok, turns, cfg):
-    """fit_prompt for a turn, turns: [(task, room, history, obs, admissible, step, hint)]; the prompts in one
-    batch, one over --max_prompt_tokens through fit_prompt's loop. -> [(ids, truncated?)]"""
-    first = [max(0, len(t[2]) - cfg.history_length) if cfg.prompt == "full" else 0 for t in turns]
-    whole = chat_ids_batch(tok, [user_message(task, room, history[j:], obs, adm, step, cfg, hint)
-                                 for j, (task, room, history, obs, adm, step, hint) in zip(first, turns)])
-    return [(ids, False) if len(ids) <= cfg.max_prompt_tokens else fit_prompt(tok, *t[:6], cfg, t[6])
+    """fit_prompt for a turn, turns: [(task, room, history, obs, admissible, step, hint, outputs)]; the prompts
+    in one batch, one over --max_prompt_tokens through fit_prompt's loop. -> [(ids, truncated?)]"""
+    first = [max(0, len(t[2]) - cfg.history_length) if "compact" not in cfg.prompt else 0 for t in turns]
+    whole = chat_ids_batch(tok, [user_message(task, room, history[j:], obs, adm, step, cfg, hint, outs)
+                                 for j, (task, room, history, obs, adm, step, hint, outs) in zip(first, turns)])
+    return [(ids, False) if len(ids) <= cfg.max_prompt_tokens else fit_prompt(tok, *t[:6], cfg, *t[6:])
             for ids, t in zip(whole, turns)]
 
 
@@ -185,13 +202,15 @@ class Reply:
     """The reply rule, built once at setup: read(text, finished) -> (action or None, valid?); rewards: Reward
     or --reward's. --preset paper reads as the authors' projection does [verl-agent's alfworld_projection]:
     --parse_lower reads the lower-cased reply; --parse_think makes one without <think>...</think>, or with a
-    CJK character, invalid (still played)."""
+    CJK character, invalid (still played). --prompt rlvmr: its format's rule alone (variants/formats.py)."""
 
     def __init__(self, cfg):
-        self.lower, self.think = cfg.parse_lower, cfg.parse_think
+        self.lower, self.think, self.format = cfg.parse_lower, cfg.parse_think, reply_format(cfg.prompt)
         self.rewards = Reward(cfg) if cfg.reward == "paper" else plugin("reward", cfg.reward)(cfg)
 
     def read(self, text, finished):
+        if self.format:
+            return self.format.read(text, finished)[:2]
         text = text.lower() if self.lower and isinstance(text, str) else text
         action = parse_action(text, finished)
         ok = action is not None
@@ -227,26 +246,31 @@ def _free_head():
     return "<action>" + SEARCH_ACTION.split("<")[0]  # '<action>search['
 
 
-def choice_ids(tok, commands):
+def choice_ids(tok, commands, fmt=None):
     """Token sequences of every allowed reply (constrained decoding). A command with a free-text slot
     (WebShop's 'search[<query>]') allows its literal start, then anything (grpo.FREE): the query is the
-    policy's own text. Each command is tokenised once per tokenizer (_choice: a turn asks again for most)."""
-    return [list(_choice(tok, c)) for c in commands]
+    policy's own text. fmt (a reply format, --prompt rlvmr): each of its choices for the command. Each command
+    is tokenised once per tokenizer (_choice: a turn asks again for most)."""
+    if fmt is None:
+        return [list(_choice(tok, c)) for c in commands]
+    return [list(_choice(tok, c, fmt, k)) for c in commands for k in range(len(fmt.choices(c)))]
 
 
 @functools.lru_cache(65536)
-def _choice(tok, command):
+def _choice(tok, command, fmt=None, k=0):
     from plumbing.webshop import SEARCH_ACTION
+    if fmt is not None:
+        return tuple(tok.encode(fmt.choices(command)[k], add_special_tokens=False)) + (tok.eos_token_id,)
     if command == SEARCH_ACTION:
         return tuple(tok.encode(_free_head(), add_special_tokens=False)) + (FREE,)
     return tuple(tok.encode(expert_reply(command), add_special_tokens=False)) + (tok.eos_token_id,)
 
 
-def expert_ids(tok, action, think=None):
+def expert_ids(tok, action, think=None, fmt=None):
     """An expert action as reply ids + EOS (aux and SFT targets), along a path the constrained decoder
     allows: a search's literal start encoded alone, as in choice_ids (a tokenizer may merge '[' with the
-    query). think: as expert_reply."""
-    reply, head = expert_reply(action, think), _free_head()
+    query). think, fmt: as expert_reply."""
+    reply, head = expert_reply(action, think, fmt), _free_head()
     if reply.startswith(head):
         return (tok.encode(head, add_special_tokens=False)
                 + tok.encode(reply[len(head):], add_special_tokens=False) + [tok.eos_token_id])
@@ -263,7 +287,8 @@ episode_ids = itertools.count(1)  # one id per episode this process plays: the e
 class Episode:
     """One rollout in flight. task: the task's record; goal: its goal as the environment states it; played:
     the prefix's n actions, then each action the environment took (a reply invalid in format but played
-    included); history: (observation, action) pairs;
+    included); history: (observation, action) pairs; outputs: (observation, reply) pairs, the prefix's
+    expert replies first (--prompt rlvmr shows them);
     steps: env steps, the prefix's included (they count against --max_steps); key: its sampling stream."""
     eid: int
     gid: int
@@ -279,6 +304,7 @@ class Episode:
     obs: str = ""
     admissible: list = dataclasses.field(default_factory=list)
     history: list = dataclasses.field(default_factory=list)
+    outputs: list = dataclasses.field(default_factory=list)
     steps: int = 0
     won: bool = False
     score: float = 0.0
@@ -334,7 +360,7 @@ class Turns:
     def reset(self, pool):
         """Every episode reset and its prefix replayed by the env workers -> the aux rows: one per prefix step
         of each group (its R episodes share them): the prompt the policy would have seen, the expert reply."""
-        cfg, st, aux, aux_done = self.cfg, self.stats, [], set()
+        cfg, st, aux, aux_done, fmt = self.cfg, self.stats, [], set(), self.reply.format
         res = self.timed("t_env", pool.run,
                          [("reset", e.eid, e.task["gamefile"], e.played) for e in self.episodes])
         for e, r in zip(self.episodes, res):
@@ -345,26 +371,30 @@ class Turns:
                 continue
             e.obs, e.admissible, e.won = r["obs"], r["admissible"], r["won"]
             e.history = list(map(tuple, r["history"]))
-            e.goal, e.room = r["task"], r["room_short" if cfg.prompt == "compact" else "room"]
+            e.outputs = [(o, expert_reply(a, target_think(e.thinks, t, cfg), fmt))
+                         for t, (o, a) in enumerate(e.history)]
+            e.goal, e.room = r["task"], r["room_short" if "compact" in cfg.prompt else "room"]
             e.score, e.steps = r.get("score", float(r["won"])), len(r["history"])
             st["prefix_steps"] += e.steps
             if e.gid not in aux_done:  # the prefix is shared by the group's R rollouts: one set of aux rows
                 aux_done.add(e.gid)
                 for t, (o, adm, a) in enumerate(r["prefix_steps"]):
-                    ids, _ = fit_prompt(self.tok, e.goal, e.room, e.history[:t], o, adm, t, cfg, e.text)
+                    ids, _ = fit_prompt(self.tok, e.goal, e.room, e.history[:t], o, adm, t, cfg, e.text,
+                                        e.outputs[:t])
                     aux.append({"prompt_ids": ids,  # allowed: scored as constrained play samples (§2.2)
-                                "response_ids": expert_ids(self.tok, a, target_think(e.thinks, t, cfg)),
+                                "response_ids": expert_ids(self.tok, a, target_think(e.thinks, t, cfg), fmt),
                                 "gid": e.gid, "t": t, "n": len(r["prefix_steps"]),
-                                **({"allowed": choice_ids(self.tok, adm)} if cfg.constrained else {})})
+                                **({"allowed": choice_ids(self.tok, adm, fmt)} if cfg.constrained else {})})
             e.done = e.won or e.steps >= cfg.max_steps
         return aux
 
     def prompts(self, live, turn):  # the live episodes' prompts -> (prompts, allowed or None, sampling seeds)
-        fitted = fit_prompts(self.tok, [(e.goal, e.room, e.history, e.obs, e.admissible, e.steps, e.text)
-                                        for e in live], self.cfg)
+        fitted = fit_prompts(self.tok, [(e.goal, e.room, e.history, e.obs, e.admissible, e.steps, e.text,
+                                         e.outputs) for e in live], self.cfg)
         self.stats["truncated"] += sum(tr for _, tr in fitted)
         self.stats["prompts"] += len(live)
-        allowed = [choice_ids(self.tok, e.admissible) for e in live] if self.cfg.constrained else None
+        fmt = self.reply.format
+        allowed = [choice_ids(self.tok, e.admissible, fmt) for e in live] if self.cfg.constrained else None
         seeds = [stream_seed(*e.key, e.steps) for e in live] if self.streams else self.seed * 1000 + turn
         return [ids for ids, _ in fitted], allowed, seeds
 
@@ -373,7 +403,8 @@ class Turns:
         text = self.tok.decode(o["ids"], skip_special_tokens=True)
         action, ok = self.reply.read(text, o["finished"])
         e.rows.append({"prompt_ids": prompt, "response_ids": o["ids"], "logprobs": o["logprobs"],
-                       "gid": e.gid, "eid": e.eid, "t": e.steps, "valid": ok, "text": text,
+                       "gid": e.gid, "eid": e.eid, "t": e.steps, "valid": ok, "text": text, "format": ok,
+                       "available": action in e.admissible,  # the reply's format alone; its action admissible
                        "obs": e.obs, "action": action or "",  # the raw observation acted on, the action sent
                        **({"allowed": allowed} if allowed is not None else {})})
         return ("step", e.eid, action or "")
@@ -394,6 +425,7 @@ class Turns:
         e.invalid += not row["valid"]
         st["invalid"] += not row["valid"]
         e.history.append((e.obs, req[2]))
+        e.outputs.append((e.obs, row["text"]))
         e.obs, e.admissible, e.won, e.score = r["obs"], r["admissible"], r["won"], r["score"]
         e.done = e.won or r["done"] or e.steps >= self.cfg.max_steps
 

@@ -2,12 +2,13 @@
 # run_all.sh: every experiment of the paper, one literal command per method, each seed its own run directory.
 #
 #   bash run_all.sh --dry-run                 # print the whole paper grid and its run count; run nothing
-#   bash run_all.sh [--only main|ablations|clusters|sft|released|reference|webshop] [--7b]   # the paper grid (8 GPUs)
+#   bash run_all.sh [--only main|ablations|clusters|sft|aux_rl|released|reference|webshop] [--7b]  # paper grid, 8 GPUs
 #   bash run_all.sh --cpu                     # the same grid at toy scale on a CPU (preset cpu, 2 seeds)
 #   bash run_all.sh --cpu --smoke             # every grid entry for one step on a minimal budget (CI)
 #   bash run_all.sh --cpu --only pick2        # the pick-two regime's comparison (preset cpu_pick2), 17 runs
 #   bash run_all.sh --cpu --only mix6         # the mixed regime: six task types, held-out games (cpu_mix6), 34 runs
 #   bash run_all.sh --cpu --only why          # why the hints do not transfer there: docs/results.md §9, 12 runs
+#   bash run_all.sh --cpu --only aux_rl       # Table 1's Aux-RL row in the mixed regime: docs/results.md §12, 7 runs
 #
 # A run whose directory holds summary.json (written by train.py when it finishes) is skipped, so the script resumes
 # after an interruption; an unfinished run resumes from its last checkpoint (--resume auto). RUN_ROOT=DIR puts
@@ -44,8 +45,9 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-case "$ONLY" in ""|main|ablations|clusters|sft|released|reference|webshop|pick2|mix6|why) ;;
-    *) echo "run_all.sh: --only main|ablations|clusters|sft|released|reference|webshop|pick2|mix6|why" >&2; exit 2 ;; esac
+case "$ONLY" in ""|main|ablations|clusters|sft|aux_rl|released|reference|webshop|pick2|mix6|why) ;;
+    *) echo "run_all.sh: --only main|ablations|clusters|sft|aux_rl|released|reference|webshop|pick2|mix6|why" >&2
+       exit 2 ;; esac
 case "$ONLY" in pick2|mix6|why) [ "$MODE" = cpu ] || { echo "run_all.sh: --only $ONLY goes with --cpu" >&2; exit 2; } ;; esac
 [ "$SMOKE" = 1 ] && [ "$MODE" != cpu ] && { echo "run_all.sh: --smoke goes with --cpu" >&2; exit 2; }
 
@@ -104,6 +106,28 @@ keep() {  # --cpu: a finished run's summary and log into results/ (the repositor
     mkdir -p "$RESULTS/$name/s$s" && cp "$out/summary.json" "$out/log.jsonl" "$RESULTS/$name/s$s/"
 }
 
+aux_flags() {  # aux_flags NAME: the Aux-RL rows' own flags (config.METHODS' aux_rl group, rlvmr_ref): the cold
+    # start's tagged file and budget (GPU: RLVMR's 200 trajectories x 5 epochs at lr 1e-5; CPU: the 240 built-in
+    # games x 5 epochs at the SFT base's lr), or, for the RL rows, the cold start's final checkpoint
+    local cold=(--train_games 200 --steps 63 --lr 1e-5) n=63
+    [ "$MODE" = cpu ] && cold=(--steps 75 --lr 1e-3 --eval_every 0) n=75
+    case "$1" in
+        rlvmr_cold) echo --expert_data "$(tagged)" "${cold[@]}" ;;
+        rlvmr|grpo_cold|rlvmr_ref) echo --model "$ROOT/rlvmr_cold/s0/ckpt_$(printf %06d $n)" ;;
+    esac
+}
+
+tagged() {  # RLVMR's tagged trajectories: TAGGED=FILE in its format (variants/formats.py; its own annotated data
+    # is not released), else the stand-in built here from the training games' walkthroughs, tagged by rule
+    if [ -n "${TAGGED:-}" ]; then echo "$TAGGED"; return 0; fi
+    local f=$ROOT/rlvmr_standin.json
+    if [ "$DRY" = 0 ] && [ ! -f "$f" ]; then
+        mkdir -p "$ROOT" && python -m variants.formats standin --out "$f" \
+            --games "$([ "$MODE" = gpu ] && echo official || echo builtin)" >&2
+    fi
+    echo "$f"
+}
+
 # the methods and their flags: config.METHODS, the one list (eval.py's tables and tools/bench.py read it too)
 NAMES=(); declare -A FLAGS GROUP
 while IFS=$'\t' read -r name group flags; do NAMES+=("$name"); GROUP[$name]=$group; FLAGS[$name]=$flags
@@ -114,12 +138,17 @@ for s in $SEEDS; do
         group=${GROUP[$name]} flags=(${FLAGS[$name]})
         case "$group" in
             main|ablations|clusters|sft) ;;  # docs/method.md §3-§4: paper Tables 1-3 and 8, the SFT baselines
+            aux_rl)  # RLVMR (docs/method.md §3.2): one cold start (seed 0), the RL rows from it; CPU: --only aux_rl
+                [ "$MODE" = gpu ] || continue
+                [ "$name" = rlvmr_cold ] && [ "$s" != 0 ] && continue
+                flags+=($(aux_flags "$name")) ;;
             released)  # the authors' released code (method §2.1): their launchers' presets on the GPU grid, their
                        # depth rules on the CPU one
                 if [ "$MODE" = gpu ]; then [ "$name" = released_rules ] && continue
                 else [ "$name" != released_rules ] && continue; fi ;;
             webshop) ;;
-            reference) [ "$MODE" = gpu ] || continue ;;  # GiGPO's and BEACON's own protocols (config/*_ref.py)
+            reference) [ "$MODE" = gpu ] || continue  # GiGPO's, BEACON's and RLVMR's own protocols (config/*_ref.py)
+                flags+=($(aux_flags "$name")) ;;
             *) continue ;;  # hints (the pick-two regime, below), beyond (python -m tools.bench sched)
         esac
         case "$name" in *_7b) { [ "$MODE" = gpu ] && [ "$SEVEN" = 1 ]; } || continue ;; esac  # Qwen2.5-7B: --7b
@@ -156,6 +185,8 @@ done
 #      unhinted). mix6 (docs/results.md §8): all six task types, held-out games; Agent-G² and GRPO 5 seeds, the
 #      scalar schedules, the probe (binary search) and the ablations sigma = 0, uniform, K = 1, eta = 0 with 3;
 #      Table 1's hint-free rows GiGPO, BEACON and Agent-G² + GiGPO with 3 (docs/results.md §11).
+#      aux_rl (docs/results.md §12, written before its runs): under cpu_mix6, RLVMR's stand-in cold start (seed 0),
+#      then RLVMR and GRPO from it, seeds 0-2 each, in RLVMR's format's short form for the tiny model.
 #      why (docs/results.md §9, written down before these runs): under cpu_mix6, seeds 0-2 each, a share of each
 #      batch played hint-free (b), L_aux alone with a training panel (c), Agent-G² and GRPO for 300 steps (d).
 declare -A WHY=([hint_free]="--scheduler g2_hint_free" [aux_only]="--mode aux_only --train_panel 48"
@@ -164,13 +195,15 @@ case "$ONLY" in
     why) PLAN="hint_free:012 aux_only:012 g2_300:012 grpo_300:012" ;;
     pick2) PLAN="g2:012 grpo:012 fixed:01 linear:01 target_acc:01 binary:01 enum:0 self_hints:0 half_hints:0" ;;
     mix6) PLAN="g2:01234 grpo:01234 fixed:012 linear:012 target_acc:012 binary:012 no_sampling:012 uniform:012"
-          PLAN="$PLAN K1:012 no_aux:012 gigpo:012 beacon:012 g2_gigpo:012" ;;
+          PLAN="$PLAN K1:012 no_aux:012 gigpo:012 beacon:012 g2_gigpo:012 rlvmr_cold:0 rlvmr:012 grpo_cold:012" ;;
+    aux_rl) PLAN=$([ "$MODE" = cpu ] && echo "rlvmr_cold:0 rlvmr:012 grpo_cold:012") ;;
     *) PLAN="" ;;
 esac
 if [ -n "$PLAN" ]; then
     PRESET=cpu_$ONLY ROOT=${RUN_ROOT:+$RUN_ROOT/$ONLY} RESULTS=results/cpu/$ONLY
     [ "$ONLY" = why ] && PRESET=cpu_mix6
-    ROOT=${ROOT:-runs/cpu_$ONLY}
+    [ "$ONLY" = aux_rl ] && PRESET=cpu_mix6 ROOT=${RUN_ROOT:+$RUN_ROOT/mix6} RESULTS=results/cpu/mix6
+    ROOT=${ROOT:-runs/$PRESET}
     for s in 0 1 2 3 4; do
         for entry in $PLAN; do
             name=${entry%%:*}
@@ -178,6 +211,8 @@ if [ -n "$PLAN" ]; then
             if [ "$ONLY" = why ]; then flags=(${WHY[$name]})
             elif [ "$name" = g2 ]; then flags=()  # the preset's own rule is Agent-G²
             else flags=(${FLAGS[$name]}); fi
+            case "$name" in rlvmr_cold|rlvmr|grpo_cold)  # the tiny model: the format's short form, its replies
+                flags+=($(aux_flags "$name") --prompt rlvmr_compact --max_new_tokens 48) ;; esac
             run "$ONLY" "$name" "${flags[@]}"
         done
     done

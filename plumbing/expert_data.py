@@ -18,7 +18,9 @@ import re
 def read_expert_file(path):
     """The entries of an expert file, read as the authors' loader reads them: actions stripped and empty ones
     dropped, each think kept beside its action ("" where the list runs short) [ZJU-REAL/Agent-G2
-    gmsv/alfworld.py, GMSVAlfworldPrefixRuntime._load_expert_store].
+    gmsv/alfworld.py, GMSVAlfworldPrefixRuntime._load_expert_store]. An entry may instead hold RLVMR's
+    annotated steps, "traj": [{"reason", "action"}] (variants/formats.py): the reasons stand where the thinks
+    do (--prompt rlvmr checks each step's reply: config.check_data).
     -> [{"id", "actions", "thinks"}]; a malformed entry raises ValueError naming it."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"--expert_data {path}: no such file "
@@ -40,6 +42,12 @@ def read_expert_file(path):
         if not isinstance(item, dict) or "id" not in item:
             raise ValueError(f"{name}: not an object with an \"id\"")
         actions, thinks = item.get("actions"), item.get("think", [])
+        if "traj" in item:  # RLVMR's annotated steps
+            steps = item["traj"]
+            if not isinstance(steps, list) or not all(isinstance(x, dict) and isinstance(x.get("action"), str)
+                                                      and isinstance(x.get("reason"), str) for x in steps):
+                raise ValueError(f"{name}: \"traj\" must be a list of {{\"reason\": str, \"action\": str}}")
+            actions, thinks = [x["action"] for x in steps], [x["reason"] for x in steps]
         if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
             raise ValueError(f"{name}: \"actions\" must be a list of strings")
         if not isinstance(thinks, list):

@@ -386,6 +386,7 @@ def run_flags(cfg):
 TABLE_SECTIONS = [("Tables 1-2: main comparison", ("main", "released", "reference")),
                   ("Table 3: ablations", ("ablations",)),
                   ("Table 8: clusters (K = 3 is g2)", ("clusters",)), ("SFT baselines", ("sft",)),
+                  ("Table 1's Aux-RL row: RLVMR and GRPO from its cold start", ("aux_rl",)),
                   ("WebShop (Tables 1-2)", ("webshop",)), ("Hint sources", ("hints",)),
                   ("Beyond the paper", ("beyond",))]  # the paper's tables, over config.METHODS' groups
 

@@ -26,7 +26,8 @@ LABEL = {"g2": "Agent-G²", "grpo": "GRPO", "fixed": "fixed ratio 0.5", "linear"
          "uniform": "uniform sampling", "K1": "K = 1", "no_aux": "η = 0 (no aux loss)", "gigpo": "GiGPO",
          "beacon": "BEACON", "beacon_readme": "BEACON (README's γ, λ)", "g2_gigpo": "Agent-G² + GiGPO",
          "base": "SFT base (step 0)", "hint_free": "Agent-G², half hint-free", "aux_only": "L_aux alone",
-         "g2_300": "Agent-G², 300 steps", "grpo_300": "GRPO, 300 steps"}
+         "g2_300": "Agent-G², 300 steps", "grpo_300": "GRPO, 300 steps", "rlvmr": "RLVMR",
+         "rlvmr_cold": "RLVMR's cold start (SFT)", "grpo_cold": "GRPO from RLVMR's cold start"}
 
 
 def wilson(k, n, z=1.96):

@@ -628,12 +628,13 @@ def test_a_turns_prompts_tokenised_at_once_are_the_prompts_one_at_a_time(tiny):
     hist = [(f"You arrive at shelf {j}. On the shelf {j}, you see a mug {j}.", f"go to shelf {j + 1}")
             for j in range(6)]
     adm = ["look", "go to desk 1"]
-    turns = [("put a mug in the sink.", "", hist[:k], f"You arrive at sinkbasin {k}.", adm, k, "") for k in (0, 2, 6)]
-    turns.append(("put a mug in the sink.", "", hist[:1], "You arrive at sinkbasin 1.", adm, 1, "open the door"))
+    turns = [("put a mug in the sink.", "", hist[:k], f"You arrive at sinkbasin {k}.", adm, k, "", ())
+             for k in (0, 2, 6)]
+    turns.append(("put a mug in the sink.", "", hist[:1], "You arrive at sinkbasin 1.", adm, 1, "open the door", ()))
     got = fit_prompts(tok, turns, c)
-    assert got == [fit_prompt(tok, *t[:6], c, t[6]) for t in turns]
+    assert got == [fit_prompt(tok, *t[:6], c, *t[6:]) for t in turns]
     assert [tr for _, tr in got] == [False, False, True, False]  # the 6-step history is over 230 tokens
-    msgs = [user_message(*t[:6], c, t[6]) for t in turns]
+    msgs = [user_message(*t[:6], c, *t[6:]) for t in turns]
     want = [list(tok.apply_chat_template([{"role": "user", "content": m}], add_generation_prompt=True,
                                          tokenize=True, return_dict=False)) for m in msgs]
     assert chat_ids_batch(tok, msgs) == want == [chat_ids(tok, m) for m in msgs]

@@ -32,7 +32,8 @@ CLAIMS = [("hints beat plain GRPO", ["grpo"]),
           ("each ablation costs points", ["no_sampling", "uniform", "K1", "no_aux"])]
 # Table 1's hint-free rows (docs/results.md §11, written before their runs): (claim, row, the row it beats)
 BASELINES = [("GiGPO beats GRPO", "gigpo", "grpo"), ("BEACON beats GRPO", "beacon", "grpo"),
-             ("GiGPO's advantage adds to Agent-G²", "g2_gigpo", "g2")]
+             ("GiGPO's advantage adds to Agent-G²", "g2_gigpo", "g2"),
+             ("RLVMR beats GRPO from its cold start", "rlvmr", "grpo_cold")]  # §12
 
 
 def compare(a, b, seeds, sampled=False):

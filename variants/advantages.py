@@ -5,14 +5,17 @@
           raw observation the step acted on (its anchor state)
   beacon  [baseline] BEACON (arXiv 2605.06078, code name MiGPO): an episode advantage plus lambda
           (--step_adv_w) times a segment advantage, milestone-shaped step rewards grouped by segment
+  rlvmr   [baseline] RLVMR (arXiv 2507.22844): an episode advantage plus w (--step_adv_w) times the
+          meta-reasoning rule rewards of its tags grouped by (task group, tag); needs --prompt rlvmr
 
-Both follow the reference functions (cited per rule below) on each episode's own step order. An estimator
+Each follows the reference functions (cited per rule below) on each episode's own step order. An estimator
 is built as Class(cfg, tasks) (tasks: the run's training tasks) and called as est(rows, episodes) ->
 (groups whose every row got advantage 0, groups with a row): it sets row["adv"] on this rank's step rows
 (error episodes' rows already left out; a group's episodes are all on one rank). stats() -> a dict merged
 into the step record (rank 0's: each rank's estimator sees its own groups).
 Rows carry gid (the task group), eid (the episode), t (the step index, hint-prefix steps included), valid
-(the reply read and taken), obs (the raw observation the step acted on), action (the string the env got)
+(the reply read and taken), format (the reply's format alone), available (its action admissible), text
+(the reply), obs (the raw observation the step acted on), action (the string the env got)
 and milestone (a WebShop milestone reached by this step); episodes carry eid, won, n (the hint prefix
 length) and task_id. A new estimator is one file with such a class: --advantage file:Class (README "Hack
 it").
@@ -291,4 +294,73 @@ class BEACON:
         return dict(self.last)
 
 
-REGISTRY = {"gigpo": GiGPO, "beacon": BEACON}
+# ---------------------------------------------------------------------------------------------------------
+# RLVMR
+# ---------------------------------------------------------------------------------------------------------
+MR_REWARD = 1.0  # planning_reward, exploration_reward, reflection_reward: 1.0 each (ppo_trainer.yaml)
+
+
+def mr_rewards(steps, won):
+    """RLVMR's rule rewards of one episode's rows in step order (core_rlvmr.py
+    process_trajectory_rlvmr_rewards l.75-146) -> ([n] tags, [n] rewards). A format-invalid row: tag "none",
+    0. Else its tag (formats.tag_of: planning, explore, reflection by substring, in that order; monitor is
+    "none") and reward: planning MR_REWARD iff the episode is won; explore iff its action list (formats.
+    action_list) differs from that of every earlier format-valid row; reflection iff the previous row was
+    format-invalid or its action not admissible and the action lists differ (the first row: no previous row,
+    an invalid "" one, so a reflection there is rewarded)."""
+    from variants.formats import action_list, tag_of
+    tags, rewards = [], []
+    for j, r in enumerate(steps):
+        tag, now, rw = tag_of(r["text"]) if r["format"] else "none", action_list(r["text"]), 0.0
+        if tag == "planning":
+            rw = MR_REWARD * bool(won)
+        elif tag == "explore":
+            rw = MR_REWARD * all(action_list(p["text"]) != now for p in steps[:j] if p["format"])
+        elif tag == "reflection":
+            prev = steps[j - 1] if j else None
+            prev_ok = prev is not None and prev["format"] and prev["available"]
+            rw = MR_REWARD * (not prev_ok and (action_list(prev["text"]) if prev else "") != now)
+        tags.append(tag)
+        rewards.append(rw)
+    return tags, rewards
+
+
+class RLVMR:
+    """[baseline] RLVMR: A = A^traj + w * A^MR (core_rlvmr.py compute_rlvmr_outcome_advantage l.7-40; the
+    RL script's w = 1.0, --step_adv_w), or --rlvmr_alpha a in (0, 1): the paper's convex a * A^traj + (1 - a)
+    * A^MR (its Eq. 4, a = 0.5). A^traj: the row scores --reward_scale * won minus --invalid_penalty on a
+    format-invalid row (the reference's is_action_valid: the format alone) normalised over every row of the
+    task group (episode_norm_reward l.42-73, cross-step; a singleton keeps its score). A^MR: mr_rewards
+    normalised within (task group, tag) (step_norm_reward_by_tag l.155-196): a singleton keeps its raw
+    reward (mean 0, std 1), unlike GiGPO's and BEACON's step parts. Modes --adv_mode (the yaml's and the
+    script's mean_std_norm). Rows after a hint prefix are the steps the policy played; the first of them has
+    no previous row."""
+
+    def __init__(self, cfg, tasks=None):
+        self.mode, self.w, self.alpha = cfg.adv_mode, cfg.step_adv_w, cfg.rlvmr_alpha
+        self.scale, self.penalty, self.last = cfg.reward_scale, cfg.invalid_penalty, {}
+
+    def __call__(self, rows, episodes):
+        won = {e["eid"]: float(e["won"]) for e in episodes}
+        scores = [self.scale * won[r["eid"]] - self.penalty * (not r["format"]) for r in rows]
+        a_traj = group_norm(scores, [r["gid"] for r in rows], self.mode, "value")  # [N]
+        tags, reward = [None] * len(rows), [0.0] * len(rows)
+        for eid, idx in by_episode(rows).items():
+            for i, tag, rw in zip(idx, *mr_rewards([rows[i] for i in idx], won[eid])):
+                tags[i], reward[i] = tag, rw
+        a_mr = group_norm(reward, [(r["gid"], t) for r, t in zip(rows, tags)], self.mode, "value")  # [N]
+        a = a_traj + self.w * a_mr if self.alpha == 0 else self.alpha * a_traj + (1 - self.alpha) * a_mr
+        adv = a.tolist()
+        for r, x in zip(rows, adv):
+            r["adv"] = x
+        counts = collections.Counter(tags)
+        self.last = {**{f"adv_tag_{t}": counts[t] / max(1, len(rows)) for t in ("planning", "explore",
+                                                                               "reflection", "none")},
+                     "adv_mr_reward": sum(reward) / max(1, len(rows))}
+        return count_groups(rows, adv)
+
+    def stats(self):
+        return dict(self.last)
+
+
+REGISTRY = {"gigpo": GiGPO, "beacon": BEACON, "rlvmr": RLVMR}
