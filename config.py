@@ -152,9 +152,9 @@ class Config:
     train_games: int = F(0, "train on a fixed seeded subset of N games of the split (0 = all)", "[0, inf)")
     max_steps: int = F(50, "episode step budget; expert-prefix steps count against it", "[1, inf)")
     history_length: int = F(2, "(observation, action) pairs shown in the prompt", "[0, inf)")
-    prompt: str = F("full", "full (<think> + <action>) | compact (action tag only, short obs, past actions) | "
-                    "rlvmr (RLVMR's tags and plan carry-over, ALFWorld: variants/formats.py) | rlvmr_compact (its "
-                    "short form)")
+    prompt: str = F("full", "full (<think> + <action>) | compact (action tag only, short obs, past "
+                    "actions) | rlvmr (RLVMR's tags and plan carry-over, ALFWorld: variants/formats.py) | "
+                    "rlvmr_compact (its short form)")
     max_prompt_tokens: int = F(2048, "prompt budget; a longer prompt drops its oldest history first, "
                                "keeping the task and the current observation", "[1, inf)")
     max_new_tokens: int = F(256, "reply budget per step; a reply that hits it is invalid", "[1, inf)")
@@ -571,11 +571,12 @@ def check_advantage(cfg):
                                                                            "action tags only)"
                                                                            if cfg.constrained else ")"))
     if cfg.prompt.startswith("rlvmr") and cfg.env != "alfworld":
-        raise ValueError(f"--prompt {cfg.prompt} is ALFWorld's: RLVMR has no WebShop path (its released code tags "
-                         f"ALFWorld and SciWorld replies only); got --env {cfg.env}")
+        raise ValueError(f"--prompt {cfg.prompt} is ALFWorld's: RLVMR has no WebShop path (its released code "
+                         f"tags ALFWorld and SciWorld replies only); got --env {cfg.env}")
     if cfg.prompt.startswith("rlvmr") and not cfg.expert_data and replays_expert(cfg):
-        raise ValueError(f"--prompt {cfg.prompt}: the expert steps this run replays or fits need tagged replies: give "
-                         "--expert_data a tagged-trajectory file (python -m variants.formats standin)")
+        raise ValueError(f"--prompt {cfg.prompt}: the expert steps this run replays or fits need tagged "
+                         "replies: give --expert_data a tagged-trajectory file "
+                         "(python -m variants.formats standin)")
     if cfg.advantage == "beacon" and cfg.scheduler != "none":
         raise ValueError(f"--advantage beacon plays hint-free (--scheduler none): its segments are defined "
                          f"on whole trajectories; got --scheduler {cfg.scheduler}")

@@ -174,11 +174,11 @@ def fit_prompt(tok, task, room, history, obs, admissible, step, cfg, hint="", ou
 
 
 def fit_prompts(tok, turns, cfg):
-    """fit_prompt for a turn, turns: [(task, room, history, obs, admissible, step, hint, outputs)]; the prompts
-    in one batch, one over --max_prompt_tokens through fit_prompt's loop. -> [(ids, truncated?)]"""
+    """fit_prompt for a turn, turns: [(task, room, history, obs, admissible, step, hint, outputs)]; the
+    prompts in one batch, one over --max_prompt_tokens through fit_prompt's loop. -> [(ids, truncated?)]"""
     first = [max(0, len(t[2]) - cfg.history_length) if "compact" not in cfg.prompt else 0 for t in turns]
-    whole = chat_ids_batch(tok, [user_message(task, room, history[j:], obs, adm, step, cfg, hint, outs)
-                                 for j, (task, room, history, obs, adm, step, hint, outs) in zip(first, turns)])
+    whole = chat_ids_batch(tok, [user_message(task, room, history[j:], obs, adm, step, cfg, hint, outs) for j,
+                                 (task, room, history, obs, adm, step, hint, outs) in zip(first, turns)])
     return [(ids, False) if len(ids) <= cfg.max_prompt_tokens else fit_prompt(tok, *t[:6], cfg, *t[6:])
             for ids, t in zip(whole, turns)]
 

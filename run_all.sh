@@ -196,7 +196,7 @@ case "$ONLY" in
     pick2) PLAN="g2:012 grpo:012 fixed:01 linear:01 target_acc:01 binary:01 enum:0 self_hints:0 half_hints:0" ;;
     mix6) PLAN="g2:01234 grpo:01234 fixed:012 linear:012 target_acc:012 binary:012 no_sampling:012 uniform:012"
           PLAN="$PLAN K1:012 no_aux:012 gigpo:012 beacon:012 g2_gigpo:012 rlvmr_cold:0 rlvmr:012 grpo_cold:012" ;;
-    aux_rl) PLAN=$([ "$MODE" = cpu ] && echo "rlvmr_cold:0 rlvmr:012 grpo_cold:012") ;;
+    aux_rl) if [ "$MODE" = cpu ]; then PLAN="rlvmr_cold:0 rlvmr:012 grpo_cold:012"; else PLAN=""; fi ;;
     *) PLAN="" ;;
 esac
 if [ -n "$PLAN" ]; then

@@ -1,9 +1,11 @@
-# RLVMR under its own protocol on ALFWorld: Tencent/DigitalHuman RLVMR/code examples/rlvmr_trainer/run_alfworld.sh
-# (read at zzjweb/digitalhuman 789ccd6; docs/method.md §3.2): hint-free, from its cold start (run_all.sh passes
-# --model), 30 steps an episode with the full history and its tag prompt (meta_think), prompt 6000 / reply 1024
-# tokens, lr 1e-6, 100 steps of 16 tasks x 8, KL 0.01, reward 10 * won and 0.1 off a format-invalid row,
-# mean_std_norm, w 1. Its 87.9 % (1.5B) is on valid_unseen (its L1); its script trains at L0 (valid_seen).
-# $ torchrun --standalone --nproc_per_node=8 train.py --preset rlvmr_ref --model runs/paper_grid/rlvmr_cold/s0/ckpt_000063
+# RLVMR under its own protocol on ALFWorld: Tencent/DigitalHuman RLVMR/code's
+# examples/rlvmr_trainer/run_alfworld.sh (read at zzjweb/digitalhuman 789ccd6; docs/method.md §3.2):
+# hint-free, from its cold start (run_all.sh passes --model), 30 steps an episode with the full history and
+# its tag prompt (meta_think), prompt 6000 / reply 1024 tokens, lr 1e-6, 100 steps of 16 tasks x 8, KL 0.01,
+# reward 10 * won and 0.1 off a format-invalid row, mean_std_norm, w 1. Its 87.9 % (1.5B) is on valid_unseen
+# (its L1); its script trains at L0 (valid_seen).
+# $ torchrun --standalone --nproc_per_node=8 train.py --preset rlvmr_ref \
+#       --model runs/paper_grid/rlvmr_cold/s0/ckpt_000063
 from config import load_preset as _load_preset
 
 locals().update(_load_preset("paper"))

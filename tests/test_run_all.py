@@ -12,7 +12,7 @@ import tempfile
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GROUPS = ["main", "ablations", "clusters", "sft", "released", "reference", "webshop"]  # run_all.sh's --only values
+GROUPS = ["main", "ablations", "clusters", "sft", "aux_rl", "released", "reference", "webshop"]  # run_all.sh's --only values
 
 
 @functools.lru_cache(None)
@@ -50,16 +50,23 @@ def grid(*args):
 
 def test_dry_run_lists_the_whole_paper_grid():
     names, seeds, lines, count = grid()
-    assert count == len(lines) == 5 * len(names)  # the header's count is the lines printed, 5 seeds per entry
-    assert all(seeds[n] == [0, 1, 2, 3, 4] for n in names)
+    # the header's count is the lines printed, 5 seeds per entry but RLVMR's one cold start
+    assert count == len(lines) == 5 * len(names) - 4 and seeds["rlvmr_cold"] == [0]
+    assert all(seeds[n] == [0, 1, 2, 3, 4] for n in names if n != "rlvmr_cold")
     released = [x for x in lines if "/released/" in x or "/ws_released/" in x]  # the authors' launchers' presets
-    own = [x for x in lines if re.search(r"/(gigpo|beacon)_ref/", x)]  # GiGPO's and BEACON's own protocols
+    own = [x for x in lines if re.search(r"/(gigpo|beacon|rlvmr)_ref/", x)]  # the references' own protocols
     assert all("--preset paper" in x for x in lines if x not in released + own) and len(released) == 10
     assert all("--preset released" in x and "--preset paper" not in x for x in released)
-    assert len(own) == 10 and all(re.search(r"--preset (gigpo|beacon)_ref", x) for x in own)
-    # the hints the paper used: the authors' expert data, ALFWorld's and WebShop's own
+    assert len(own) == 15 and all(re.search(r"--preset (gigpo|beacon|rlvmr)_ref", x) for x in own)
+    # the hints the paper used: the authors' expert data, ALFWorld's and WebShop's own; RLVMR's cold start fits
+    # tagged trajectories (the stand-in unless TAGGED names RLVMR-format data), its RL rows start from it
     assert all("--expert_data data/sft_data/" + ("webshop" if "/ws_" in x else "alfworld") + "_sft_data.json" in x
-               for x in lines)
+               for x in lines if "/rlvmr_cold/" not in x)
+    cold = [x for x in lines if "/rlvmr_cold/" in x][0]
+    assert "--expert_data runs/paper_grid/rlvmr_standin.json --train_games 200 --steps 63 --lr 1e-5" in cold
+    assert all(x.endswith("--model runs/paper_grid/rlvmr_cold/s0/ckpt_000063") for x in lines
+               if re.search(r"/(rlvmr|grpo_cold|rlvmr_ref)/", x))
+    assert "--expert_data my.json " in sh("--dry-run", "--only", "aux_rl", env={"TAGGED": "my.json"}).stdout
     by_group = {g: grid("--only", g)[0] for g in GROUPS}  # the --only groups split the grid, in its order
     assert sorted(sum(by_group.values(), [])) == sorted(names) and len(set(names)) == len(names)
     # every main entry runs a registered scheduler (plain GRPO is named grpo in the grid)
@@ -106,10 +113,19 @@ def test_mix6_regime_dry_run_gives_each_method_its_seeds():
     names, seeds, lines, count = grid("--cpu", "--only", "mix6")
     assert seeds == {"g2": [0, 1, 2, 3, 4], "grpo": [0, 1, 2, 3, 4], **{n: [0, 1, 2] for n in (
         "fixed", "linear", "target_acc", "binary", "no_sampling", "uniform", "K1", "no_aux", "gigpo", "beacon",
-        "g2_gigpo")}}
-    assert count == len(lines) == 43 and all(x.startswith("python train.py --preset cpu_mix6 --seed ") for x in lines)
+        "g2_gigpo", "rlvmr", "grpo_cold")}, "rlvmr_cold": [0]}
+    assert count == len(lines) == 50 and all(x.startswith("python train.py --preset cpu_mix6 --seed ") for x in lines)
+    aux = ("rlvmr_cold", "rlvmr", "grpo_cold")
     assert all(x.endswith(f"/s{x.split('--seed ')[1].split()[0]}" + (f" {METHODS[n][1]}" if n != "g2" else ""))
-               for n in names for x in lines if f"/{n}/" in x)
+               for n in names if n not in aux for x in lines if f"/{n}/" in x)
+    # Table 1's Aux-RL rows (docs/results.md §12): the same under --only aux_rl, the cold start first
+    names, seeds, aux_lines, count = grid("--cpu", "--only", "aux_rl")
+    assert names == list(aux) and count == 7 and aux_lines == [x for x in lines if re.search(r"/(rlvmr\w*|grpo_cold)/", x)]
+    assert aux_lines[0] == ("python train.py --preset cpu_mix6 --seed 0 --out_dir runs/cpu_mix6/rlvmr_cold/s0 "
+                            f"{METHODS['rlvmr_cold'][1]} --expert_data runs/cpu_mix6/rlvmr_standin.json --steps 75 "
+                            "--lr 1e-3 --eval_every 0 --prompt rlvmr_compact --max_new_tokens 48")
+    assert all(x.endswith(" --model runs/cpu_mix6/rlvmr_cold/s0/ckpt_000075 --prompt rlvmr_compact --max_new_tokens 48")
+               and f" {METHODS[x.split('/')[2]][1]} " in x for x in aux_lines[1:])
     assert [int(x.split("--seed ")[1].split()[0]) for x in lines] == sorted(
         int(x.split("--seed ")[1].split()[0]) for x in lines)  # seed by seed
     assert sh("--only", "mix6", "--dry-run").returncode == 2

@@ -1,22 +1,24 @@
-"""Reply formats beside the paper's (rollout.user_message, rollout.Reply), chosen once at setup by --prompt and
-reached by the core through config.variant("formats", name). One here: rlvmr.
+"""Reply formats beside the paper's (rollout.user_message, rollout.Reply), chosen once at setup by --prompt
+and reached by the core through config.variant("formats", name). One here: RLVMR's.
 
 RLVMR's reply format, prompt and tagged expert data (arXiv 2507.22844; the reference is Tencent/DigitalHuman
-RLVMR/code, read at the fork zzjweb/digitalhuman 789ccd6), chosen once at setup by `--prompt rlvmr` or
-its short form for the tiny model, `--prompt rlvmr_compact` (ALFWorld
-only: RLVMR has no WebShop path). Its rule rewards and advantage: variants/advantages.py RLVMR.
+RLVMR/code, read at the fork zzjweb/digitalhuman 789ccd6): `--prompt rlvmr`, or its short form for the tiny
+model, `--prompt rlvmr_compact` (ALFWorld only: RLVMR has no WebShop path). Its rule rewards and advantage:
+variants/advantages.py RLVMR.
 
-    python -m variants.formats standin --out data/rlvmr_standin.json     # the stand-in cold-start file (CPU)
-    python train.py --preset cpu_mix6 --prompt rlvmr --mode sft_full --expert_data data/rlvmr_standin.json ...
+    python -m variants.formats standin --out data/rlvmr_standin.json     # the stand-in cold-start file
+    python train.py --preset cpu_mix6 --prompt rlvmr_compact --mode sft_full \\
+        --expert_data data/rlvmr_standin.json
 
 Contract. A reply holds exactly one non-empty <planning>, <explore>, <reflection> or <monitor> pair before
-exactly one <action>...</action> and no CJK character, else it is format-invalid (read); the action between the
-action tags is played either way. The prompt shows the task, the last --history_length (observation, action)
-pairs, the last three full replies with their observations, the admissible actions and the latest plan
-("No plan." until a reply holds a non-empty <planning>). A tagged-trajectory file holds RLVMR's annotated steps,
-{"trajectories": [{"id": "<task_dir>_<trial_dir>", "traj": [{"reason": "<planning>...</planning>",
-"action": "go to desk 1"}, ...]}]}, each step's reason and action as the reference's annotation script keeps
-them; its target reply is "{reason}\\n<action>{action}</action>" (scripts/alfworld_prepare.py).
+exactly one <action>...</action> and no CJK character, else it is format-invalid (read); the action between
+the action tags is played either way. The prompt shows the task, the last --history_length (observation,
+action) pairs, the last three full replies with their observations, the admissible actions and the latest
+plan ("No plan." until a reply holds a non-empty <planning>). A tagged-trajectory file holds RLVMR's
+annotated steps, {"trajectories": [{"id": "<task_dir>_<trial_dir>", "traj": [{"reason":
+"<planning>...</planning>", "action": "go to desk 1"}, ...]}]}, each step's reason and action as the
+reference's annotation script keeps them; its target reply is "{reason}\\n<action>{action}</action>"
+(scripts/alfworld_prepare.py).
 """
 import argparse
 import json
@@ -30,10 +32,10 @@ NO_PLAN = "No plan."
 # constrained decoder allows (choices), so the cold start's targets are replies the decoder can emit.
 STANDIN_TEXT = {"planning": "find it then finish the task", "explore": "try a new place",
                 "reflection": "nothing happens so try another", "monitor": "go on"}
-INSTRUCTION = ("First reason in one brief sentence inside exactly one tag pair: <planning> plan or replan the "
-               "whole task </planning>, <explore> try new places or objects </explore>, <reflection> find why a "
-               "step failed and correct it </reflection>, or <monitor> track progress against the plan "
-               "</monitor>. Then give exactly one of the actions inside <action> </action>.")
+INSTRUCTION = ("First reason in one brief sentence inside exactly one tag pair: <planning> plan or replan "
+               "the whole task </planning>, <explore> try new places or objects </explore>, <reflection> "
+               "find why a step failed and correct it </reflection>, or <monitor> track progress against "
+               "the plan </monitor>. Then give exactly one of the actions inside <action> </action>.")
 
 
 def read(text, finished=True):
