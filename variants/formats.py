@@ -40,7 +40,7 @@ INSTRUCTION = ("First reason in one brief sentence inside exactly one tag pair: 
 
 def read(text, finished=True):
     """RLVMR's format rule on one reply, as alfworld_projection_rlvmr decides it (alfworld/projection.py
-    l.49-112) -> (action or None, format-valid?, plan or None). The action: the one <action>...</action>'s
+    l.49-113) -> (action or None, format-valid?, plan or None). The action: the one <action>...</action>'s
     text stripped (None when there are none or several, or the reply ran out of tokens); valid: no CJK
     character, exactly one action pair, exactly one skill pair over the four (an empty one counts), that one
     non-empty and before <action>. The plan: the first <planning> pair's text stripped, None when empty or
