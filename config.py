@@ -446,13 +446,17 @@ def model_error(model, e):
 
 
 def check_data(cfg):
-    """Official ALFWorld games need $ALFWORLD_DATA, and an expert file must parse: say so in one line before
-    any heavy work (the file's name, and for bad JSON its line and column)."""
+    """Official ALFWorld games need $ALFWORLD_DATA, and an expert file must parse (and be tagged where
+    --prompt rlvmr fits or replays its steps): say so in one line before any heavy work (the file's name,
+    and for bad JSON its line and column)."""
     if cfg.env == "alfworld" and cfg.games == "official":
         try:
             official_root()
         except FileNotFoundError as e:
             fail(str(e))
+    if cfg.prompt.startswith("rlvmr") and not cfg.expert_data and replays_expert(cfg):
+        fail(f"--prompt {cfg.prompt}: the expert steps this run replays or fits need tagged replies: give "
+             "--expert_data a tagged-trajectory file (python -m variants.formats standin)")
     if cfg.expert_data:
         from plumbing.expert_data import read_expert_file
         try:
@@ -573,10 +577,6 @@ def check_advantage(cfg):
     if cfg.prompt.startswith("rlvmr") and cfg.env != "alfworld":
         raise ValueError(f"--prompt {cfg.prompt} is ALFWorld's: RLVMR has no WebShop path (its released code "
                          f"tags ALFWorld and SciWorld replies only); got --env {cfg.env}")
-    if cfg.prompt.startswith("rlvmr") and not cfg.expert_data and replays_expert(cfg):
-        raise ValueError(f"--prompt {cfg.prompt}: the expert steps this run replays or fits need tagged "
-                         "replies: give --expert_data a tagged-trajectory file "
-                         "(python -m variants.formats standin)")
     if cfg.advantage == "beacon" and cfg.scheduler != "none":
         raise ValueError(f"--advantage beacon plays hint-free (--scheduler none): its segments are defined "
                          f"on whole trajectories; got --scheduler {cfg.scheduler}")
