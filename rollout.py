@@ -253,17 +253,20 @@ def choice_ids(tok, commands, fmt=None):
     is tokenised once per tokenizer (_choice: a turn asks again for most)."""
     if fmt is None:
         return [list(_choice(tok, c)) for c in commands]
-    return [list(_choice(tok, c, fmt, k)) for c in commands for k in range(len(fmt.choices(c)))]
+    return [list(_reply_ids(tok, reply)) for c in commands for reply in fmt.choices(c)]
 
 
 @functools.lru_cache(65536)
-def _choice(tok, command, fmt=None, k=0):
+def _choice(tok, command):
     from plumbing.webshop import SEARCH_ACTION
-    if fmt is not None:
-        return tuple(tok.encode(fmt.choices(command)[k], add_special_tokens=False)) + (tok.eos_token_id,)
     if command == SEARCH_ACTION:
         return tuple(tok.encode(_free_head(), add_special_tokens=False)) + (FREE,)
-    return tuple(tok.encode(expert_reply(command), add_special_tokens=False)) + (tok.eos_token_id,)
+    return _reply_ids(tok, expert_reply(command))
+
+
+@functools.lru_cache(65536)
+def _reply_ids(tok, reply):  # a whole reply's ids + EOS, tokenised once per tokenizer
+    return tuple(tok.encode(reply, add_special_tokens=False)) + (tok.eos_token_id,)
 
 
 def expert_ids(tok, action, think=None, fmt=None):
@@ -288,7 +291,7 @@ class Episode:
     """One rollout in flight. task: the task's record; goal: its goal as the environment states it; played:
     the prefix's n actions, then each action the environment took (a reply invalid in format but played
     included); history: (observation, action) pairs; outputs: (observation, reply) pairs, the prefix's
-    expert replies first (--prompt rlvmr shows them);
+    expert replies first, under a reply format only (--prompt rlvmr shows them);
     steps: env steps, the prefix's included (they count against --max_steps); key: its sampling stream."""
     eid: int
     gid: int
@@ -371,8 +374,8 @@ class Turns:
                 continue
             e.obs, e.admissible, e.won = r["obs"], r["admissible"], r["won"]
             e.history = list(map(tuple, r["history"]))
-            e.outputs = [(o, expert_reply(a, target_think(e.thinks, t, cfg), fmt))
-                         for t, (o, a) in enumerate(e.history)]
+            e.outputs = [(o, expert_reply(a, target_think(e.thinks, t, cfg), fmt))  # only a format shows them
+                         for t, (o, a) in enumerate(e.history)] if fmt else []
             e.goal, e.room = r["task"], r["room_short" if "compact" in cfg.prompt else "room"]
             e.score, e.steps = r.get("score", float(r["won"])), len(r["history"])
             st["prefix_steps"] += e.steps
@@ -425,7 +428,8 @@ class Turns:
         e.invalid += not row["valid"]
         st["invalid"] += not row["valid"]
         e.history.append((e.obs, req[2]))
-        e.outputs.append((e.obs, row["text"]))
+        if self.reply.format:
+            e.outputs.append((e.obs, row["text"]))
         e.obs, e.admissible, e.won, e.score = r["obs"], r["admissible"], r["won"], r["score"]
         e.done = e.won or r["done"] or e.steps >= self.cfg.max_steps
 

@@ -62,17 +62,19 @@ def by_episode(rows):
     return out
 
 
-def row_scores(rows, won, scale, penalty):
+def row_scores(rows, won, scale, penalty, invalid_key="valid"):
     """The episode part's row score: scale * won minus penalty on an invalid row only (verl-agent's 10 * won
-    on the last token, apply_invalid_action_penalty: ray_trainer.py l.201-221). -> [N]"""
-    return [scale * won[r["eid"]] - penalty * (not r["valid"]) for r in rows]
+    on the last token, apply_invalid_action_penalty: ray_trainer.py l.201-221); invalid_key: the row's flag
+    that decides it ("format": RLVMR's is_action_valid, the format alone). -> [N]"""
+    return [scale * won[r["eid"]] - penalty * (not r[invalid_key]) for r in rows]
 
 
-def episode_part(rows, won, scale, penalty, mode):
+def episode_part(rows, won, scale, penalty, mode, invalid_key="valid"):
     """A^E, GiGPO's and BEACON's alike: the row scores normalised over every row of the task group
     (cross-step: episode_norm_reward's compute_mean_std_cross_steps=True, core_gigpo.py l.180, l.217-222; a
     group of one row keeps its score). -> [N]"""
-    return group_norm(row_scores(rows, won, scale, penalty), [r["gid"] for r in rows], mode, "value")
+    return group_norm(row_scores(rows, won, scale, penalty, invalid_key), [r["gid"] for r in rows], mode,
+                      "value")
 
 
 def discounted_returns(rows, won, scale, penalty, gamma):
@@ -342,8 +344,7 @@ class RLVMR:
 
     def __call__(self, rows, episodes):
         won = {e["eid"]: float(e["won"]) for e in episodes}
-        scores = [self.scale * won[r["eid"]] - self.penalty * (not r["format"]) for r in rows]
-        a_traj = group_norm(scores, [r["gid"] for r in rows], self.mode, "value")  # [N]
+        a_traj = episode_part(rows, won, self.scale, self.penalty, self.mode, "format")  # [N]
         tags, reward = [None] * len(rows), [0.0] * len(rows)
         for eid, idx in by_episode(rows).items():
             for i, tag, rw in zip(idx, *mr_rewards([rows[i] for i in idx], won[eid])):
