@@ -451,6 +451,8 @@ class Turns:
         for a in aux:  # its group's success rate (None: every episode lost to an error); a term may read it
             a["success"] = sum(flags[a["gid"]]) / len(flags[a["gid"]]) if flags[a["gid"]] else None
         st = self.stats
+        if reply.format:  # the replies' tags, whatever the estimator (the step record's "tags")
+            st.update(reply.format.tag_counts(rows))
         st["t_total"] = time.time() - self.t_start
         st["t_overhead"] = st["t_total"] - st["t_gen"] - st["t_env"]
         return {"rows": rows, "aux": aux, "episodes": episodes, "stats": st}

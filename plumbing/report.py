@@ -62,7 +62,8 @@ def step_record(*, step, lr, tasks, p_hat, plan, rule_stats, update, view, task_
     view, task_hints: what the rule saw of the batch, its hints; moved: the task ids whose hint the step moved
     (observe()); consist: per rank (weight sum, run-state JSON); times: t_* seconds; t0: the step's start;
     per_rank: per rank {"zero_adv_groups", "groups", "rollout" (rollout stats), "probe" (probe stats),
-    "episodes", "errors"}. by_type in the record: {task_type: [all-0 groups, groups, mean success]}."""
+    "episodes", "errors"}. by_type in the record: {task_type: [all-0 groups, groups, mean success]}; tags
+    (under a reply format): {tag: its share of the rows} (variants/formats.py tag_counts)."""
     import time
     p_kept = [p for p in p_hat if p is not None]
     mean = lambda xs: float(np.mean(xs)) if p_kept else None  # noqa: E731
@@ -72,6 +73,7 @@ def step_record(*, step, lr, tasks, p_hat, plan, rule_stats, update, view, task_
     for p, t in zip(p_hat, tasks):
         if p is not None:
             by_type[t["task_type"]].append(p)
+    tags = {k[4:]: total(k, stats) for k in sorted({k for s in stats for k in s if k.startswith("tag_")})}
     return {"step": step, "lr": lr, "success": mean(p_kept),
             "in_band": mean([0.4 <= p <= 0.6 for p in p_kept]),
             "all0": mean([p == 0 for p in p_kept]), "all1": mean([p == 1 for p in p_kept]),
@@ -85,6 +87,7 @@ def step_record(*, step, lr, tasks, p_hat, plan, rule_stats, update, view, task_
             "hinted": sum(v["L"] is not None for v in view),  # tasks with a hint to replay
             "text_hints": sum(bool(h and h.text) for h in task_hints),  # tasks with a text hint
             "hints_moved": len(moved),  # tasks whose next hint this step's episodes changed
+            **({"tags": {k: v / sum(tags.values()) for k, v in tags.items()}} if tags else {}),  # tag shares
             **rule_stats,  # the depth rule's stats() whole: a new statistic is logged without a line here
             "rollouts": sum(r["episodes"] for r in per_rank),  # trained on (|B| R); the probes' extra ones:
             "probe_rollouts": plan["probe_rollouts"],

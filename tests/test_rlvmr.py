@@ -14,7 +14,7 @@ import pytest
 
 from variants.advantages import RLVMR, mr_rewards
 from variants.formats import (RLVMR as FMT, action_list, check_steps, choices, plan_of, read, reply_text,
-                              standin_reasons, tag_of)
+                              standin_reasons, tag_counts, tag_of)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EPS = 1e-6
@@ -52,6 +52,20 @@ def test_tag_of_and_action_list_as_the_rewards_read_them():
     assert tag_of("<MONITOR>m</MONITOR><action>look</action>") == "none"
     assert action_list("<monitor>m</monitor><action> look</action>") == [" look"]  # unstripped
     assert action_list("<action>go\nto</action>") == []  # one line only
+
+
+def test_tag_counts_read_the_one_pair_not_the_rewards_substrings():
+    # the step record's tags, whatever the estimator: a valid reply's one skill pair (case-insensitive; an
+    # unclosed "<planning>" inside <explore> is no pair), monitor by name, any format-invalid reply "invalid"
+    rows = [{"text": "<planning>p</planning>\n<action>look</action>", "format": True},
+            {"text": "<explore>a <planning> b</explore><action>go</action>", "format": True},
+            {"text": "<MONITOR>m</MONITOR><action>look</action>", "format": True},
+            {"text": "<monitor>go on</monitor><action>open drawer 1</action>", "format": True},
+            {"text": "<monitor>m</monitor><explore>e</explore><action>x</action>", "format": False},
+            {"text": "<reflection>r</reflection><action>x</action>", "format": True}]
+    assert tag_counts(rows) == {"tag_planning": 1, "tag_explore": 1, "tag_monitor": 2, "tag_invalid": 1,
+                                "tag_reflection": 1}
+    assert tag_of(rows[1]["text"]) == "planning"  # where the rewards' substring rule differs
 
 
 # ---- the rule rewards (process_trajectory_rlvmr_rewards)
@@ -279,5 +293,9 @@ def test_two_rlvmr_steps_from_the_standin_cold_start(tmp_path):
     for r in recs:  # every reply in format (the decoder allows no other), the tags' shares sum to 1
         assert r["invalid"] == 0 and r["adv_tag_none"] < 1
         assert sum(r[f"adv_tag_{t}"] for t in ("planning", "explore", "reflection", "none")) == pytest.approx(1)
+        tags = r["tags"]  # the record's shares by written tag: the estimator's, monitor and invalid as "none"
+        assert sum(tags.values()) == pytest.approx(1) and "invalid" not in tags
+        assert tags.get("explore", 0) == pytest.approx(r["adv_tag_explore"])
+        assert tags.get("monitor", 0) == pytest.approx(r["adv_tag_none"])
         assert (r["update_rel"] > 0) == (r["zero_adv_groups"] < r["groups"])
     assert json.load(open(tmp_path / "rl" / "config.json"))["prompt"] == "rlvmr_compact"

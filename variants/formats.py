@@ -21,6 +21,7 @@ reference's annotation script keeps them; its target reply is "{reason}\\n<actio
 (scripts/alfworld_prepare.py).
 """
 import argparse
+import collections
 import json
 import re
 
@@ -67,6 +68,14 @@ def tag_of(text):
     reflection (core_rlvmr.py l.98-128); monitor (or none found) -> "none", the group it shares with invalid
     replies."""
     return next((t for t in ("planning", "explore", "reflection") if f"<{t}>" in text), "none")
+
+
+def tag_counts(rows):
+    """The rows' replies by the tag they are written under, whatever the estimator (rollout.Turns.finish, the
+    step record's "tags"): a format-valid reply by its one skill pair (planning, explore, reflection,
+    monitor), any other "invalid". rows: dicts with "text", "format". -> {"tag_<name>": count}"""
+    tag = lambda text: next(s for s, p in zip(SKILLS, SKILL_PAIRS) if p.search(text))  # noqa: E731
+    return dict(collections.Counter("tag_" + (tag(r["text"]) if r["format"] else "invalid") for r in rows))
 
 
 def action_list(text):
@@ -179,9 +188,11 @@ def standin(out, games="builtin", cache=None):
 class RLVMR:
     """--prompt rlvmr's hooks, as the core calls them: read(text, finished) -> (action, valid, plan);
     message(...) -> the user message; choices(command) -> the replies the constrained decoder allows;
-    reply_text(reason, action) -> an expert step's target; check_steps(path, entries) (config.check_data)."""
+    reply_text(reason, action) -> an expert step's target; check_steps(path, entries) (config.check_data);
+    tag_counts(rows) -> the rollout's rows by tag (the step record's "tags")."""
     read, message, choices = staticmethod(read), staticmethod(message), staticmethod(choices)
     reply_text, check_steps = staticmethod(reply_text), staticmethod(check_steps)
+    tag_counts = staticmethod(tag_counts)
 
 
 class RLVMRCompact(RLVMR):
